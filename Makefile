@@ -1,0 +1,36 @@
+# Two commands: `make run` (the service on embedded defaults) and `make test` (the whole suite).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup run test test-fast lint sdk clean
+
+setup: $(VENV)/.installed
+
+# Idempotent: re-runs only when pyproject.toml changes. The CPU torch wheel goes in first on
+# machines without CUDA, so pip never pulls the multi-GB CUDA build.
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	if ! command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/python -m pip install -q "torch==2.13.0"; fi
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+run: setup
+	$(BIN)/keel up
+
+test: setup
+	bash scripts/test-services.sh
+	$(BIN)/python -m pytest
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "not slow and not faults"
+
+lint: setup
+	$(BIN)/ruff check .
+
+sdk: setup
+	$(BIN)/python -m sdk.generate
+
+clean:
+	rm -rf $(VENV) .keel .pytest_cache

@@ -1,0 +1,1 @@
+"""Keel's HTTP API (FastAPI). Imports no torch, ray, transformers, peft or engine."""

@@ -1,0 +1,119 @@
+"""RFC 9457 problem+json for every error, with Keel's `code`, `param` and `request_id`."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from sqlalchemy.exc import DBAPIError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
+
+PROBLEM_JSON = "application/problem+json"
+_TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+           405: "Method Not Allowed", 409: "Conflict", 413: "Content Too Large",
+           415: "Unsupported Media Type", 422: "Unprocessable Content", 429: "Too Many Requests",
+           500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem detail."""
+
+    type: str = Field(description="A URI reference naming the problem type.", examples=["/problems/not_found"])
+    title: str
+    status: int
+    detail: str
+    code: str = Field(description="Machine-readable error code.", examples=["not_found"])
+    param: str | None = Field(default=None, description="The request field the problem is about.")
+    request_id: str | None = None
+    errors: list[dict[str, Any]] | None = Field(default=None, description="All validation errors.")
+
+
+class ApiError(Exception):
+    """Raise from handlers and dependencies; rendered as problem+json."""
+
+    def __init__(self, status: int, code: str, detail: str, *, param: str | None = None,
+                 headers: dict[str, str] | None = None, errors: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail, self.param = status, code, detail, param
+        self.headers = headers or {}
+        self.errors = errors
+
+
+def not_found(kind: str, id: str, param: str | None = None) -> ApiError:
+    # Another project's ids get exactly this answer too: existence is not revealed.
+    return ApiError(404, "not_found", f"No {kind} with id {id!r}.", param=param)
+
+
+def problem_response(request: Request, status: int, code: str, detail: str, *, param: str | None = None,
+                     headers: dict[str, str] | None = None,
+                     errors: list[dict[str, Any]] | None = None) -> JSONResponse:
+    body = Problem(type=f"/problems/{code}", title=_TITLES.get(status, "Error"), status=status, detail=detail,
+                   code=code, param=param, request_id=getattr(request.state, "request_id", None), errors=errors)
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=status, media_type=PROBLEM_JSON,
+                        headers=headers)
+
+
+def _loc_to_param(loc: tuple[Any, ...] | list[Any]) -> str | None:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header", "form")]
+    # Discriminated-union tags (e.g. `ppo`) name the variant, not a field.
+    parts = [p for p in parts if not p.startswith("function-") and p not in _UNION_TAGS]
+    return ".".join(parts) or None
+
+
+_UNION_TAGS = {"sft", "reward_model", "rm_distill", "ppo"}
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError):
+        return problem_response(request, exc.status, exc.code, exc.detail, param=exc.param,
+                                headers=exc.headers, errors=exc.errors)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError):
+        errors = exc.errors()
+        first = errors[0] if errors else {}
+        param = _loc_to_param(first.get("loc", ()))
+        code = "unknown_parameter" if first.get("type") == "extra_forbidden" else "invalid_request"
+        detail = f"{param}: {first.get('msg')}" if param else str(first.get("msg", "invalid request"))
+        clean = [{"param": _loc_to_param(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")}
+                 for e in errors[:20]]
+        return problem_response(request, 422, code, detail, param=param, errors=clean)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized"}.get(exc.status_code, "http_error")
+        return problem_response(request, exc.status_code, code, str(exc.detail),
+                                headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(OperationalError)
+    async def _db_down(request: Request, exc: OperationalError):
+        log.warning("database unavailable: %s", exc.orig)
+        return problem_response(request, 503, "database_unavailable",
+                                "The database is unavailable; retry shortly.", headers={"Retry-After": "5"})
+
+    @app.exception_handler(DBAPIError)
+    async def _db_error(request: Request, exc: DBAPIError):
+        if exc.connection_invalidated:
+            return problem_response(request, 503, "database_unavailable",
+                                    "The database connection was lost; retry shortly.", headers={"Retry-After": "5"})
+        log.exception("database error")
+        return problem_response(request, 500, "internal_error", "An internal error occurred.")
+
+    @app.exception_handler(Exception)
+    async def _unhandled(request: Request, exc: Exception):
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return problem_response(request, 500, "internal_error", "An internal error occurred.")
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` entries declaring problem+json bodies."""
+    return {s: {"model": Problem, "description": _TITLES.get(s, "Error"),
+                "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+            for s in statuses}

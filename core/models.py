@@ -1,0 +1,162 @@
+"""Every table, as typed SQLAlchemy 2 models. Singular lower_snake table names, `_at` timestamps."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from core.ids import new_id
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+Timestamp = DateTime(timezone=True)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSONType, list[Any]: JSONType, datetime: Timestamp}
+
+
+class Project(Base):
+    __tablename__ = "project"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("proj"))
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_key"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("key"))
+    project_id: Mapped[str] = mapped_column(ForeignKey("project.id", ondelete="CASCADE"), index=True)
+    prefix: Mapped[str] = mapped_column(String(16), index=True)
+    """The key's first characters: finds the row without scanning every hash."""
+    hash: Mapped[str] = mapped_column(String(64))
+    """HMAC-SHA256 of the whole key with the deployment secret; the key itself is never stored."""
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class File(Base):
+    __tablename__ = "file"
+    __table_args__ = (UniqueConstraint("project_id", "purpose", "sha256", name="uq_file_project_purpose_sha256"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("file"))
+    project_id: Mapped[str] = mapped_column(ForeignKey("project.id", ondelete="CASCADE"), index=True)
+    purpose: Mapped[str] = mapped_column(String(20))
+    filename: Mapped[str] = mapped_column(String(255))
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    format: Mapped[str] = mapped_column(String(10))
+    rows: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    columns: Mapped[list[Any]] = mapped_column(default=list)
+    stats: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    status: Mapped[str] = mapped_column(String(20), default="processed")
+    status_details: Mapped[str | None] = mapped_column(Text, default=None)
+    storage_key: Mapped[str] = mapped_column(String(255))
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Job(Base):
+    __tablename__ = "job"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("job"))
+    project_id: Mapped[str] = mapped_column(ForeignKey("project.id", ondelete="CASCADE"), index=True)
+    status: Mapped[str] = mapped_column(String(20), default="queued", index=True)
+    method: Mapped[str] = mapped_column(String(20))
+    spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    """The validated request body, as accepted (hyperparameters with defaults filled in)."""
+    model: Mapped[str] = mapped_column(String(500))
+    training_file_id: Mapped[str] = mapped_column(ForeignKey("file.id"), index=True)
+    validation_file_id: Mapped[str | None] = mapped_column(ForeignKey("file.id"), default=None, index=True)
+    output_model_id: Mapped[str | None] = mapped_column(String(40), default=None)
+    seed: Mapped[int] = mapped_column(Integer, default=0)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
+    progress: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    latest_metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    """How many times a worker started this job (re-queued after a lost worker: > 1)."""
+    last_event_seq: Mapped[int] = mapped_column(Integer, default=0)
+    """Counter for job_event.seq, bumped atomically so seq is gap-free and monotonic."""
+    worker_id: Mapped[str | None] = mapped_column(String(200), default=None)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(default=None)
+    dispatched_at: Mapped[datetime | None] = mapped_column(default=None, index=True)
+    """Null until the broker accepted the task (the outbox: a sweeper sends what is left)."""
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    started_at: Mapped[datetime | None] = mapped_column(default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class JobEvent(Base):
+    __tablename__ = "job_event"
+    __table_args__ = (UniqueConstraint("job_id", "seq", name="uq_job_event_job_id_seq"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+                                    autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    type: Mapped[str] = mapped_column(String(40))
+    data: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Checkpoint(Base):
+    __tablename__ = "checkpoint"
+    __table_args__ = (UniqueConstraint("job_id", "step", name="uq_checkpoint_job_id_step"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("ckpt"))
+    job_id: Mapped[str] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"), index=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("project.id", ondelete="CASCADE"), index=True)
+    step: Mapped[int] = mapped_column(Integer)
+    metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    path: Mapped[str] = mapped_column(String(1000))
+    bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Model(Base):
+    __tablename__ = "model"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("model"))
+    project_id: Mapped[str] = mapped_column(ForeignKey("project.id", ondelete="CASCADE"), index=True)
+    job_id: Mapped[str | None] = mapped_column(ForeignKey("job.id", ondelete="SET NULL"), default=None)
+    name: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(20))
+    """policy | reward_model | value_model"""
+    format: Mapped[str] = mapped_column(String(10))
+    """hf (full weights) | lora (merged weights plus the adapter)"""
+    base_model: Mapped[str] = mapped_column(String(500))
+    path: Mapped[str] = mapped_column(String(1000))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class IdempotencyKey(Base):
+    __tablename__ = "idempotency_key"
+    __table_args__ = (UniqueConstraint("project_id", "key", name="uq_idempotency_key_project_id_key"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+                                    autoincrement=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("project.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(255))
+    request_hash: Mapped[str] = mapped_column(String(64))
+    response_status: Mapped[int] = mapped_column(Integer)
+    response_body: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)

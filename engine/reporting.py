@@ -1,0 +1,65 @@
+"""How a running method talks to whoever runs it: metrics, checkpoints, logs, warnings, stop.
+
+The service passes an implementation that writes the job's event log; tests and benchmarks use
+`RecordingReporter`. Implementations must be picklable (they travel into Ray actors).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+
+class Reporter(Protocol):
+    def metrics(self, step: int, values: Mapping[str, float], *, total_steps: int | None = None,
+                epoch: int | None = None) -> None:
+        """Record one training step's metrics (VERL-style names such as `actor/pg_loss`)."""
+
+    def checkpoint(self, step: int, path: str, metrics: Mapping[str, float]) -> None:
+        """A complete checkpoint directory for `step` now exists at `path`."""
+
+    def log(self, message: str) -> None:
+        """A human-readable progress line."""
+
+    def warning(self, code: str, message: str, data: Mapping[str, Any] | None = None) -> None:
+        """A guardrail fired (e.g. `kl_high`, `rollback`); training continues."""
+
+    def should_stop(self) -> bool:
+        """True when the job was cancelled; methods check it between steps."""
+
+
+class RecordingReporter:
+    """Keeps every report in memory, in order: for tests, benchmarks and the CLI."""
+
+    def __init__(self, stop_after_step: int | None = None) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.stop_after_step = stop_after_step
+
+    def _add(self, kind: str, **data: Any) -> None:
+        self.events.append({"type": kind, "time": time.time(), **data})
+
+    def metrics(self, step, values, *, total_steps=None, epoch=None):
+        self._add("metrics", step=step, values=dict(values), total_steps=total_steps, epoch=epoch)
+
+    def checkpoint(self, step, path, metrics):
+        self._add("checkpoint", step=step, path=path, metrics=dict(metrics))
+
+    def log(self, message):
+        self._add("log", message=message)
+
+    def warning(self, code, message, data=None):
+        self._add("warning", code=code, message=message, data=dict(data or {}))
+
+    def should_stop(self) -> bool:
+        steps = self.steps()
+        return self.stop_after_step is not None and bool(steps) and steps[-1] >= self.stop_after_step
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["type"] == kind]
+
+    def steps(self) -> list[int]:
+        return [e["step"] for e in self.of("metrics")]
+
+    def series(self, name: str) -> list[float]:
+        return [e["values"][name] for e in self.of("metrics") if name in e["values"]]

@@ -1,0 +1,32 @@
+"""`keel`: one command for running the service and for using it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from keel_cli.server import api, create_key, keys_app, migrate, up, worker
+
+app = typer.Typer(help="Keel: an offline-RLHF training service.", no_args_is_help=True)
+app.command()(up)
+app.command()(api)
+app.command()(worker)
+app.command()(migrate)
+app.add_typer(keys_app, name="keys")
+
+
+@app.command("demo-assets")
+def demo_assets(out_dir: Path = typer.Argument(..., help="Directory to write the demo model and data to.")) -> None:
+    """Build the deterministic demo tokenizer, tiny models and datasets."""
+    from engine.demo import build_demo_assets
+
+    paths = build_demo_assets(out_dir)
+    for name, path in sorted(paths.items()):
+        typer.echo(f"{name}: {path}")
+
+
+__all__ = ["app", "create_key"]
+
+if __name__ == "__main__":
+    app()
