@@ -1,0 +1,1 @@
+"""Request and response models (`JobCreate`, `JobPublic`, `JobsPublic`, ...)."""
