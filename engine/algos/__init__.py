@@ -1,0 +1,38 @@
+"""PPO math as pure tensor functions (VERL `core_algos` semantics): no I/O, no config objects.
+
+Per-token tensors are `(batch, response_len)`; `response_mask` is 1 on real response tokens (EOS
+included) and 0 on padding.
+"""
+
+from engine.algos.advantages import compute_gae, compute_grpo_advantages
+from engine.algos.kl import (
+    KL_KINDS,
+    AdaptiveKLController,
+    FixedKLController,
+    apply_kl_in_reward,
+    kl_penalty,
+)
+from engine.algos.logits import entropy_from_logits, log_probs_from_logits
+from engine.algos.losses import LOSS_AGG_MODES, agg_loss, policy_loss, value_loss
+from engine.algos.masked import explained_variance, masked_mean, masked_sum, masked_var, masked_whiten
+
+__all__ = [
+    "KL_KINDS",
+    "LOSS_AGG_MODES",
+    "AdaptiveKLController",
+    "FixedKLController",
+    "agg_loss",
+    "apply_kl_in_reward",
+    "compute_gae",
+    "compute_grpo_advantages",
+    "entropy_from_logits",
+    "explained_variance",
+    "kl_penalty",
+    "log_probs_from_logits",
+    "masked_mean",
+    "masked_sum",
+    "masked_var",
+    "masked_whiten",
+    "policy_loss",
+    "value_loss",
+]

@@ -1,0 +1,154 @@
+"""PPO losses: the clipped policy surrogate with dual clip, the clipped value loss, and aggregation."""
+
+from __future__ import annotations
+
+import torch
+
+from engine.algos.masked import masked_mean, masked_sum
+
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+# exp(20) ~ 5e8: a bigger log-ratio only means the two policies disagree wildly, and exp would overflow.
+_LOG_RATIO_LIMIT = 20.0
+
+
+def agg_loss(
+    loss_mat: torch.Tensor,
+    loss_mask: torch.Tensor,
+    mode: str = "token-mean",
+    loss_scale_factor: float | None = None,
+) -> torch.Tensor:
+    """Reduce a per-token loss matrix to a scalar.
+
+    Modes (`L` the loss, `m` the mask, `B` the batch size, `T` = `response_len`)::
+
+        token-mean              sum_i,t L m / sum_i,t m             every token weighs the same
+        seq-mean-token-sum      mean_i (sum_t L m)                  long answers weigh more
+        seq-mean-token-mean     mean_i (sum_t L m / sum_t m)        every sequence weighs the same
+        seq-mean-token-sum-norm sum_i,t L m / T                     Dr. GRPO (arXiv:2503.20783)
+
+    `seq-mean-token-mean` averages over rows that have at least one real token (an all-padding row
+    would be 0/0). `seq-mean-token-sum-norm` sums over sequences (as VERL does, no `1/B`) and divides
+    by `loss_scale_factor`, which defaults to `T`; pass a constant (e.g. the max response length) so the scale does not change with the padded
+    width of each batch, as the paper intends.
+
+    Args:
+        loss_mat: `(batch, response_len)`.
+        loss_mask: `(batch, response_len)`.
+        mode: one of `LOSS_AGG_MODES`.
+        loss_scale_factor: the divisor for `seq-mean-token-sum-norm` only (default `response_len`).
+
+    Returns:
+        A scalar tensor (keeps grad).
+    """
+    if mode == "token-mean":
+        return masked_mean(loss_mat, loss_mask)
+    if mode == "seq-mean-token-sum":
+        return masked_sum(loss_mat, loss_mask, dim=-1).mean()
+    if mode == "seq-mean-token-mean":
+        tokens = loss_mask.sum(dim=-1)
+        seq_losses = masked_sum(loss_mat, loss_mask, dim=-1) / tokens.clamp(min=1)
+        return masked_mean(seq_losses, tokens > 0)
+    if mode == "seq-mean-token-sum-norm":
+        scale = loss_mask.shape[-1] if loss_scale_factor is None else loss_scale_factor
+        return masked_sum(loss_mat, loss_mask) / scale
+    raise ValueError(f"unknown loss_agg_mode {mode!r}; valid: {', '.join(LOSS_AGG_MODES)}")
+
+
+def policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    clip_ratio_c: float = 3.0,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO clipped surrogate (Schulman et al. 2017, arXiv:1707.06347) with dual clip (Ye et al. 2020,
+    arXiv:1912.09729).
+
+    With `r = exp(clamp(log_prob - old_log_prob, -20, 20))`::
+
+        L_clip = max(-A r, -A clip(r, 1 - clip_ratio_low, 1 + clip_ratio_high))
+        L      = min(L_clip, -A clip_ratio_c)   where A < 0   (dual clip)
+        L      = L_clip                         where A >= 0
+
+    The dual clip caps the loss of a negative-advantage token whose ratio has grown very large, so
+    one stale sample cannot dominate the step. Separate low/high ranges allow DAPO's clip-higher.
+
+    Args:
+        old_log_prob: `(batch, response_len)` log-probs of the rollout policy.
+        log_prob: `(batch, response_len)` log-probs of the current policy (with grad).
+        advantages: `(batch, response_len)`.
+        response_mask: `(batch, response_len)`.
+        clip_ratio_low, clip_ratio_high: the trust region `[1 - low, 1 + high]`.
+        clip_ratio_c: dual-clip bound, must be > 1.
+        loss_agg_mode: see `agg_loss`.
+
+    Returns:
+        `(loss, metrics)`: the scalar loss with grad, and floats
+        `pg_clipfrac` (share of masked tokens where the trust-region clip was active),
+        `ppo_kl` (masked mean of `old_log_prob - log_prob`, from the clamped log-ratio) and
+        `pg_clipfrac_lower` (share of masked tokens where the dual clip bound).
+
+    Raises:
+        ValueError: `clip_ratio_c <= 1`.
+    """
+    if not clip_ratio_c > 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1 for the dual clip, got {clip_ratio_c}")
+    log_ratio = torch.clamp(log_prob - old_log_prob, -_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT)
+    ratio = torch.exp(log_ratio)
+
+    loss_unclipped = -advantages * ratio
+    loss_clipped = -advantages * torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    loss_clip = torch.maximum(loss_unclipped, loss_clipped)
+    loss_dual = torch.minimum(loss_clip, -advantages * clip_ratio_c)
+    negative = advantages < 0
+    loss_mat = torch.where(negative, loss_dual, loss_clip)
+    loss = agg_loss(loss_mat, response_mask, loss_agg_mode)
+
+    with torch.no_grad():
+        dual_bound = (loss_clip > -advantages * clip_ratio_c) & negative
+        metrics = {
+            "pg_clipfrac": masked_mean((loss_clipped > loss_unclipped).float(), response_mask).item(),
+            "ppo_kl": masked_mean(-log_ratio, response_mask).item(),
+            "pg_clipfrac_lower": masked_mean(dual_bound.float(), response_mask).item(),
+        }
+    return loss, metrics
+
+
+def value_loss(
+    vpreds: torch.Tensor,
+    values: torch.Tensor,
+    returns: torch.Tensor,
+    response_mask: torch.Tensor,
+    cliprange_value: float,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped value loss (PPO2 baselines; Schulman et al. 2017)::
+
+        v_clip = values + clip(vpreds - values, -cliprange_value, cliprange_value)
+        L      = 0.5 * max((vpreds - returns)^2, (v_clip - returns)^2)
+
+    The clip keeps the critic near the values it had at rollout time, like the policy trust region.
+
+    Args:
+        vpreds: `(batch, response_len)` current critic predictions (with grad).
+        values: `(batch, response_len)` critic values at rollout time.
+        returns: `(batch, response_len)` targets (from `compute_gae`).
+        response_mask: `(batch, response_len)`.
+        cliprange_value: half-width of the allowed move.
+        loss_agg_mode: see `agg_loss`.
+
+    Returns:
+        `(loss, metrics)`: the scalar loss with grad, and the float `vf_clipfrac` (share of masked
+        tokens where the clipped error was the larger one).
+    """
+    vpreds_clipped = torch.clamp(vpreds, values - cliprange_value, values + cliprange_value)
+    err_unclipped = (vpreds - returns) ** 2
+    err_clipped = (vpreds_clipped - returns) ** 2
+    loss = 0.5 * agg_loss(torch.maximum(err_unclipped, err_clipped), response_mask, loss_agg_mode)
+    with torch.no_grad():
+        clipfrac = masked_mean((err_clipped > err_unclipped).float(), response_mask).item()
+    return loss, {"vf_clipfrac": clipfrac}
