@@ -1,0 +1,81 @@
+"""The layering rules, checked by walking imports (AST and a real import), not by grep."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = ("api", "core", "workers", "engine", "keel_cli", "bench")
+HEAVY = ("torch", "ray", "transformers", "peft", "vllm")
+
+
+def _imports(path: Path) -> set[str]:
+    """Absolute module names imported anywhere in `path` (top level or inside functions)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def _module_file(name: str) -> Path | None:
+    parts = name.split(".")
+    for n in range(len(parts), 0, -1):
+        base = ROOT.joinpath(*parts[:n])
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.exists():
+                return candidate
+    return None
+
+
+def _top(name: str) -> str:
+    return name.split(".")[0]
+
+
+def test_engine_imports_no_service_code():
+    offenders = {str(p.relative_to(ROOT)): sorted(n for n in _imports(p) if _top(n) in ("api", "workers", "core"))
+                 for p in (ROOT / "engine").rglob("*.py")}
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_api_reaches_no_heavy_or_engine_module_transitively():
+    """Follow project-internal imports from every api module; none may reach torch/ray/... or engine."""
+    seen: set[Path] = set()
+    stack = [(p, (str(p.relative_to(ROOT)),)) for p in (ROOT / "api").rglob("*.py")]
+    bad = []
+    while stack:
+        path, chain = stack.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for name in _imports(path):
+            top = _top(name)
+            if top in HEAVY or top == "engine":
+                bad.append(" -> ".join(chain + (name,)))
+            elif top in PROJECT:
+                target = _module_file(name)
+                if target is not None and target not in seen:
+                    stack.append((target, chain + (str(target.relative_to(ROOT)),)))
+    assert bad == []
+
+
+def test_importing_the_api_loads_no_heavy_module():
+    code = ("import sys, api.main; heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+            f"{HEAVY!r} or m.split('.')[0] == 'engine'); print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_engine_algos_imports_with_only_torch():
+    code = ("import sys, engine.algos; bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('transformers', 'peft', 'ray', 'api', 'core', 'workers')); print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
