@@ -1,0 +1,223 @@
+"""Data parallelism: a group of identical workers (Ray actors, or one in-process object) joined by
+torch.distributed (gloo on CPU, NCCL on GPU) on loopback.
+
+The training logic is a plain class; `WorkerGroup` wraps it with `ray.remote` once, places the actors
+on one node (a STRICT_PACK placement group: the process group rendezvous is on 127.0.0.1), joins
+them into a process group and calls methods on all of them at once. `LocalGroup` has the same
+interface for a single in-process worker (no Ray, no process group), which is what tests and
+single-worker runs use.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from engine.cluster import connect
+from engine.config import Resources
+from engine.errors import EngineError
+
+# Size of one flattened all-reduce: large enough to amortise the call, small enough not to double the
+# memory of a big model's gradients.
+_BUCKET_BYTES = 64 * 2**20
+_PLACEMENT_TIMEOUT_S = 300
+"""How long to wait for the cluster to fit all workers on one node before failing the job."""
+
+
+class WorkerLost(EngineError):
+    """A data-parallel worker process died (a system error, not the user's)."""
+
+    code = "worker_lost"
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_process_group(rank: int, world_size: int, port: int, device: torch.device) -> None:
+    """Join the group whose rank 0 listens on 127.0.0.1:`port`; gloo on CPU, NCCL on CUDA."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+                            device_id=device if device.type == "cuda" else None)
+
+
+def destroy_process_group() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum `tensor` over the group in place (a no-op without a group); returns it."""
+    if world_size() > 1:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def all_reduce_grads(params: Iterable[torch.nn.Parameter]) -> None:
+    """Sum the gradients of `params` over the group, in flattened buckets (not averaged: each worker
+    already scaled its loss by the global normaliser)."""
+    if world_size() == 1:
+        return
+    grads = [p.grad for p in params if p.grad is not None]
+    bucket: list[torch.Tensor] = []
+    size = 0
+    for grad in grads + [None]:
+        if grad is not None:
+            bucket.append(grad)
+            size += grad.numel() * grad.element_size()
+        if bucket and (grad is None or size >= _BUCKET_BYTES):
+            flat = torch.cat([g.reshape(-1) for g in bucket])
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+            offset = 0
+            for g in bucket:
+                g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                offset += g.numel()
+            bucket, size = [], 0
+
+
+def device_for(resources: Resources) -> torch.device:
+    """CUDA when the worker was given a GPU and one is visible, else CPU."""
+    if resources.gpus_per_worker > 0 and torch.cuda.is_available():
+        return torch.device("cuda", 0)  # Ray sets CUDA_VISIBLE_DEVICES to the actor's GPU
+    return torch.device("cpu")
+
+
+class LocalGroup:
+    """One worker in this process: `call` runs the method directly."""
+
+    def __init__(self, cls: type, *args: Any) -> None:
+        self.worker = cls(*args, rank=0, world_size=1)
+        self.size = 1
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        return [getattr(self.worker, method)(*args, **kwargs)]
+
+    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.worker, method)(*args, **kwargs)
+
+    def shutdown(self) -> None:
+        shutdown = getattr(self.worker, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+
+
+@functools.cache
+def _remote(cls: type) -> Any:
+    import ray
+
+    return ray.remote(cls)
+
+
+def _unwrap_ray_error(err: Exception) -> Exception:
+    import ray
+
+    if isinstance(err, ray.exceptions.RayTaskError):
+        cause = getattr(err, "cause", None)
+        if isinstance(cause, Exception):
+            return cause
+    if isinstance(err, ray.exceptions.RayActorError | ray.exceptions.WorkerCrashedError):
+        return WorkerLost(f"a training worker died: {err}")
+    return err
+
+
+class WorkerGroup:
+    """`num_workers` Ray actors of the plain class `cls`, joined into one torch.distributed group.
+
+    `cls(*args, rank=r, world_size=n)` is built in each actor; it must provide
+    `init_process_group(port)` and may provide `shutdown()`.
+    """
+
+    def __init__(self, cls: type, *args: Any, resources: Resources, ray_address: str | None = None) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        connect(ray_address)
+        self.size = resources.num_workers
+        bundle = {"CPU": resources.cpus_per_worker}
+        if resources.gpus_per_worker:
+            bundle["GPU"] = resources.gpus_per_worker
+        self._pg = placement_group([dict(bundle) for _ in range(self.size)], strategy="STRICT_PACK")
+        try:
+            ray.get(self._pg.ready(), timeout=_PLACEMENT_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError as err:
+            ray.util.remove_placement_group(self._pg)
+            raise EngineError(f"could not reserve {self.size} workers x {bundle} on one node: {err}",
+                              code="resources_unavailable") from None
+        # Actors import `engine` from the same place this process does, even if it is not installed.
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+        remote = _remote(cls)
+        self.workers = [
+            remote.options(
+                num_cpus=resources.cpus_per_worker, num_gpus=resources.gpus_per_worker,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=i),
+                runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
+            ).remote(*args, rank=i, world_size=self.size)
+            for i in range(self.size)
+        ]
+        try:
+            port = self._get([self.workers[0].free_port.remote()])[0]
+            self._get([w.init_process_group.remote(port) for w in self.workers])
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _get(self, refs: Sequence[Any]) -> list[Any]:
+        import ray
+
+        try:
+            # Fail fast: when one worker fails, the others may be blocked in a collective forever.
+            pending = list(refs)
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                ray.get(ready)
+            return ray.get(list(refs))
+        except ray.exceptions.RayError as err:
+            raise _unwrap_ray_error(err) from None
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Call `method` on every worker at once; the results in rank order."""
+        return self._get([getattr(w, method).remote(*args, **kwargs) for w in self.workers])
+
+    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self._get([getattr(self.workers[0], method).remote(*args, **kwargs)])[0]
+
+    def shutdown(self) -> None:
+        import ray
+
+        for worker in self.workers if hasattr(self, "workers") else ():
+            ray.kill(worker, no_restart=True)
+        ray.util.remove_placement_group(self._pg)
+
+
+def make_group(cls: type, *args: Any, resources: Resources, ray_address: str | None = None,
+               in_process: bool | None = None) -> LocalGroup | WorkerGroup:
+    """`LocalGroup` for one worker (unless `in_process=False`), else a Ray `WorkerGroup`."""
+    if in_process is None:
+        in_process = resources.num_workers == 1
+    if in_process:
+        if resources.num_workers != 1:
+            raise ValueError("an in-process group has exactly one worker")
+        return LocalGroup(cls, *args)
+    return WorkerGroup(cls, *args, resources=resources, ray_address=ray_address)

@@ -1,0 +1,327 @@
+"""Reward models: Bradley-Terry training on preference pairs, and distillation of a teacher reward
+model's pairwise preferences into a (smaller, LoRA) student.
+
+Both score chosen and rejected in one forward pass (the two sequences of a micro-batch are padded
+together) and read the score at the last attended token (`engine.models.reward_scores`), which is
+what `AutoModelForSequenceClassification` pools, so the saved model ranks the same outside Keel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine import data as data_lib
+from engine import models
+from engine.config import JobRequest, JobResult, ModelConfig, RewardModelConfig, RMDistillConfig
+from engine.errors import ConfigError, DataError, GateFailed
+from engine.reporting import Reporter
+from engine.trainer import run_supervised, split_rows
+
+TEACHER_SCORES = "teacher_scores.parquet"
+"""The teacher's scores of every train/val pair, written once beside the checkpoints."""
+
+
+# --- losses: pure tensor functions ------------------------------------------------------------------
+
+def bradley_terry_loss(chosen: torch.Tensor, rejected: torch.Tensor, margin: torch.Tensor | None = None,
+                       center_coef: float = 0.0) -> torch.Tensor:
+    """Per-pair loss `-log sigmoid(r_c - r_r - margin) + center_coef * (r_c + r_r)^2`.
+
+    The centring term (Eisenstein et al. 2023) keeps the scores near 0 without changing the ranking.
+
+    Args:
+        chosen, rejected: `(pairs,)` scores.
+        margin: `(pairs,)` required score gap, or None for 0.
+
+    Returns:
+        `(pairs,)`.
+    """
+    gap = chosen - rejected
+    if margin is not None:
+        gap = gap - margin
+    loss = -F.logsigmoid(gap)
+    if center_coef:
+        loss = loss + center_coef * (chosen + rejected) ** 2
+    return loss
+
+
+def bernoulli_kl(teacher_logit: torch.Tensor, student_logit: torch.Tensor) -> torch.Tensor:
+    """`KL(Bern(sigmoid(t)) || Bern(sigmoid(s)))` per element, computed from logits with
+    `logsigmoid` so neither probability's log underflows.
+
+    `p (log p - log q) + (1 - p)(log(1 - p) - log(1 - q))` with `p = sigmoid(t)`, `q = sigmoid(s)`
+    and `log(1 - sigmoid(x)) = logsigmoid(-x)`.
+    """
+    p = torch.sigmoid(teacher_logit)
+    return (p * (F.logsigmoid(teacher_logit) - F.logsigmoid(student_logit))
+            + (1 - p) * (F.logsigmoid(-teacher_logit) - F.logsigmoid(-student_logit)))
+
+
+# --- the part both tasks share: pairs scored in one forward pass ---------------------------------
+
+class _PairTask:
+    data_kind = "preference"
+    row_cost = 2  # chosen and rejected share the forward pass
+
+    def __init__(self, request: JobRequest, device: torch.device) -> None:
+        self.request, self.cfg, self.device = request, request.config, device
+
+    def prepare(self) -> str | None:
+        return None
+
+    def _tokenize_pairs(self, rows: list[dict], tokenizer: Any) -> list[data_lib.PairExample]:
+        d = self.cfg.data
+        return data_lib.tokenize_preference(rows, tokenizer, d.max_total_length, d.truncation)
+
+    @staticmethod
+    def _pair(example: Any) -> data_lib.PairExample:
+        return example
+
+    def length(self, example: Any) -> int:
+        pair = self._pair(example)
+        return max(len(pair.chosen_ids), len(pair.rejected_ids))
+
+    def weight(self, example: Any) -> float:
+        return 1.0
+
+    def _scores(self, model: nn.Module, pairs: Sequence[data_lib.PairExample]) -> tuple[torch.Tensor, ...]:
+        """(chosen scores, rejected scores, real tokens, padded tokens) from one forward pass."""
+        ids, mask = data_lib.pad([p.chosen_ids for p in pairs] + [p.rejected_ids for p in pairs], self.pad_id)
+        scores = models.reward_scores(model, ids.to(self.device), mask.to(self.device))
+        n = len(pairs)
+        return scores[:n], scores[n:], float(mask.sum()), float(mask.numel())
+
+
+# --- Bradley-Terry ------------------------------------------------------------------------------------
+
+class RewardModelTask(_PairTask):
+    """`engine.trainer.Task` for Bradley-Terry reward-model training."""
+
+    stat_keys = ("loss_sum", "pairs", "correct", "margin_sum", "chosen_sum", "rejected_sum",
+                 "real_tokens", "padded_tokens")
+
+    def load_model(self) -> tuple[nn.Module, Any]:
+        self.tokenizer = models.load_tokenizer(self.request.model_path)
+        self.pad_id = self.tokenizer.pad_token_id
+        return models.load_reward_model(self.request.model_path, self.cfg.model, trainable=True), self.tokenizer
+
+    def tokenize(self, rows: list[dict], split: str) -> list[data_lib.PairExample]:
+        return self._tokenize_pairs(rows, self.tokenizer)
+
+    def forward(self, model: nn.Module, examples: Sequence[data_lib.PairExample]) -> tuple[torch.Tensor, dict]:
+        chosen, rejected, real, padded = self._scores(model, examples)
+        margin = torch.tensor([e.margin for e in examples], dtype=chosen.dtype, device=chosen.device)
+        loss = bradley_terry_loss(chosen, rejected, margin, self.cfg.center_rewards_coefficient)
+        with torch.no_grad():
+            gap = chosen - rejected
+            stats = {"loss_sum": loss.sum().item(), "pairs": float(len(examples)),
+                     "correct": (gap > 0).sum().item(), "margin_sum": gap.sum().item(),
+                     "chosen_sum": chosen.sum().item(), "rejected_sum": rejected.sum().item(),
+                     "real_tokens": real, "padded_tokens": padded}
+        return loss.sum(), stats
+
+    def metrics(self, stats: Mapping[str, float], split: str) -> dict[str, float]:
+        n = max(stats["pairs"], 1.0)
+        prefix = "val/rm/" if split == "val" else "rm/"
+        return {prefix + "loss": stats["loss_sum"] / n, prefix + "accuracy": stats["correct"] / n,
+                prefix + "margin_mean": stats["margin_sum"] / n, prefix + "chosen_mean": stats["chosen_sum"] / n,
+                prefix + "rejected_mean": stats["rejected_sum"] / n}
+
+
+def run_reward_model(request: JobRequest, reporter: Reporter) -> JobResult:
+    """Train a Bradley-Terry reward model on `preference` pairs (optional `margin` column)."""
+    return run_supervised(request, reporter, RewardModelTask, config_cls=RewardModelConfig,
+                          model_kind="reward_model")
+
+
+# --- distillation ---------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ScoredPair:
+    """A preference pair (student tokens) with the teacher's two scores."""
+
+    pair: data_lib.PairExample
+    teacher_chosen: float
+    teacher_rejected: float
+
+
+def teacher_scores_path(request: JobRequest) -> str:
+    return os.path.join(request.checkpoint_dir, TEACHER_SCORES)
+
+
+def _file_digest(path: str | None) -> str | None:
+    if not path:
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _teacher_fingerprint(request: JobRequest) -> str:
+    """What the cached scores depend on: teacher weights, data files, split and tokenization."""
+    teacher = request.teacher_path or ""
+    weights = sorted((f, os.path.getsize(os.path.join(teacher, f))) for f in os.listdir(teacher)
+                     if f.endswith(".safetensors")) if os.path.isdir(teacher) else []
+    d = request.config.data
+    return json.dumps({"teacher": os.path.realpath(teacher) if os.path.isdir(teacher) else teacher,
+                       "weights": weights, "train": _file_digest(request.training_file),
+                       "val": _file_digest(request.validation_file), "seed": request.seed,
+                       "max_length": d.max_total_length, "truncation": d.truncation,
+                       "dtype": request.config.model.dtype}, sort_keys=True)
+
+
+def _read_cache(path: str) -> tuple[str | None, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """(fingerprint, {split: (chosen, rejected)}) of a teacher score file."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    fingerprint = (table.schema.metadata or {}).get(b"keel_fingerprint", b"").decode() or None
+    cols = table.to_pydict()
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for split in ("train", "val"):
+        idx = [i for i, s in enumerate(cols["split"]) if s == split]
+        idx.sort(key=lambda i: cols["row"][i])
+        out[split] = (np.array([cols["chosen"][i] for i in idx], dtype=np.float64),
+                      np.array([cols["rejected"][i] for i in idx], dtype=np.float64))
+    return fingerprint, out
+
+
+class DistillTask(_PairTask):
+    """`engine.trainer.Task` for reward-model distillation (student learns the teacher's pairwise
+    preference probabilities, from teacher scores computed once in `prepare`)."""
+
+    stat_keys = ("loss_sum", "kl_sum", "agree", "pairs", "real_tokens", "padded_tokens")
+
+    # once per job, on rank 0: the teacher scores every pair, then is freed
+    def prepare(self) -> str | None:
+        if not self.request.teacher_path:
+            raise ConfigError("rm_distill needs teacher_path (the teacher reward model)", param="teacher_path")
+        path = teacher_scores_path(self.request)
+        fingerprint = _teacher_fingerprint(self.request)
+        if os.path.isfile(path) and _read_cache(path)[0] == fingerprint:
+            return f"reusing the teacher scores in {path}"
+        teacher = models.load_reward_model(self.request.teacher_path, ModelConfig(dtype=self.cfg.model.dtype),
+                                           trainable=False).to(self.device)
+        # A teacher directory without tokenizer files must share the student's tokenizer.
+        has_tokenizer = any(os.path.isfile(os.path.join(self.request.teacher_path, f))
+                            for f in ("tokenizer.json", "tokenizer_config.json"))
+        tokenizer = models.load_tokenizer(self.request.teacher_path if has_tokenizer or not
+                                          os.path.isdir(self.request.teacher_path) else self.request.model_path)
+        self.pad_id = tokenizer.pad_token_id
+        columns: dict[str, list] = {"split": [], "row": [], "chosen": [], "rejected": []}
+        for split, rows in zip(("train", "val"), split_rows(self.request, self.data_kind)):
+            pairs = self._tokenize_pairs(rows, tokenizer)
+            chosen, rejected = self._score_all(teacher, pairs)
+            columns["split"] += [split] * len(pairs)
+            columns["row"] += list(range(len(pairs)))
+            columns["chosen"] += chosen
+            columns["rejected"] += rejected
+        del teacher
+        self._write_cache(path, columns, fingerprint)
+        return f"scored {len(columns['row'])} pairs with the teacher into {path}"
+
+    @torch.no_grad()
+    def _score_all(self, model: nn.Module, pairs: Sequence[data_lib.PairExample]) -> tuple[list, list]:
+        chosen = [0.0] * len(pairs)
+        rejected = [0.0] * len(pairs)
+        lengths = [max(len(p.chosen_ids), len(p.rejected_ids)) for p in pairs]
+        for batch in data_lib.token_budget_batches(lengths, max(1, self.cfg.max_token_len_per_gpu // 2)):
+            c, r, _, _ = self._scores(model, [pairs[i] for i in batch])
+            for i, ci, ri in zip(batch, c.tolist(), r.tolist()):
+                chosen[i], rejected[i] = ci, ri
+        return chosen, rejected
+
+    @staticmethod
+    def _write_cache(path: str, columns: dict[str, list], fingerprint: str) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        table = pa.table({"split": pa.array(columns["split"], pa.string()),
+                          "row": pa.array(columns["row"], pa.int64()),
+                          "chosen": pa.array(columns["chosen"], pa.float64()),
+                          "rejected": pa.array(columns["rejected"], pa.float64())})
+        table = table.replace_schema_metadata({b"keel_fingerprint": fingerprint.encode()})
+        tmp = f"{path}.tmp-{os.getpid()}"
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)  # readers see the old file or the whole new one
+
+    # in every worker
+    def load_model(self) -> tuple[nn.Module, Any]:
+        self.tokenizer = models.load_tokenizer(self.request.model_path)
+        self.pad_id = self.tokenizer.pad_token_id
+        _, self.teacher = _read_cache(teacher_scores_path(self.request))
+        chosen, rejected = self.teacher["train"]
+        # `mse` regresses standardised teacher gaps; the student's gap times this scale is in
+        # teacher units again (for the KL and the gate).
+        self.scale = float(np.concatenate([chosen, rejected]).std()) if self.cfg.loss == "mse" else 1.0
+        if not self.scale > 0:
+            raise DataError("the teacher gives every training response the same score", param="teacher_path")
+        return models.load_reward_model(self.request.model_path, self.cfg.model, trainable=True), self.tokenizer
+
+    def tokenize(self, rows: list[dict], split: str) -> list[ScoredPair]:
+        pairs = self._tokenize_pairs(rows, self.tokenizer)
+        chosen, rejected = self.teacher[split]
+        if len(chosen) != len(pairs):
+            raise DataError(f"the teacher scores hold {len(chosen)} {split} pairs, the data {len(pairs)}",
+                            param="training_file")
+        return [ScoredPair(p, float(c), float(r)) for p, c, r in zip(pairs, chosen, rejected)]
+
+    @staticmethod
+    def _pair(example: ScoredPair) -> data_lib.PairExample:
+        return example.pair
+
+    def forward(self, model: nn.Module, examples: Sequence[ScoredPair]) -> tuple[torch.Tensor, dict]:
+        chosen, rejected, real, padded = self._scores(model, [e.pair for e in examples])
+        student_gap = chosen - rejected
+        teacher_gap = torch.tensor([e.teacher_chosen - e.teacher_rejected for e in examples],
+                                   dtype=student_gap.dtype, device=student_gap.device)
+        kl = bernoulli_kl(teacher_gap, student_gap * self.scale)
+        loss = kl if self.cfg.loss == "kl" else (student_gap - teacher_gap / self.scale) ** 2
+        with torch.no_grad():
+            stats = {"loss_sum": loss.sum().item(), "kl_sum": kl.sum().item(),
+                     "agree": ((student_gap > 0) == (teacher_gap > 0)).sum().item(),
+                     "pairs": float(len(examples)), "real_tokens": real, "padded_tokens": padded}
+        return loss.sum(), stats
+
+    def metrics(self, stats: Mapping[str, float], split: str) -> dict[str, float]:
+        n = max(stats["pairs"], 1.0)
+        if split == "val":
+            return {"distill/val_kl": stats["kl_sum"] / n, "distill/agreement": stats["agree"] / n,
+                    "distill/val_loss": stats["loss_sum"] / n}
+        return {"distill/loss": stats["loss_sum"] / n, "distill/kl": stats["kl_sum"] / n,
+                "distill/train_agreement": stats["agree"] / n}
+
+
+def check_distill_gate(metrics: Mapping[str, float], gate_kl: float) -> None:
+    """Raise `GateFailed` (code `distill_gate`) unless the held-out mean KL is below `gate_kl`."""
+    kl = metrics.get("distill/val_kl")
+    if kl is None:
+        raise DataError("no held-out pairs to measure the distillation gate on", param="validation_file")
+    if not kl < gate_kl:
+        raise GateFailed(
+            f"the distilled reward model's held-out KL from the teacher is {kl:.4f}, not below the gate "
+            f"{gate_kl} (agreement with the teacher {metrics.get('distill/agreement', float('nan')):.1%}); "
+            "train longer, raise lora_rank or use a larger student",
+            param="gate_kl", data={"val_kl": kl, "gate_kl": gate_kl,
+                                   "agreement": metrics.get("distill/agreement")})
+
+
+def run_rm_distill(request: JobRequest, reporter: Reporter) -> JobResult:
+    """Distil the reward model at `request.teacher_path` into `request.model_path` (LoRA by default,
+    rank by size); fails with `distill_gate` when the held-out KL is not below `gate_kl`."""
+    gate = request.config.gate_kl if isinstance(request.config, RMDistillConfig) else 0.0
+    return run_supervised(request, reporter, DistillTask, config_cls=RMDistillConfig, model_kind="reward_model",
+                          final_check=lambda metrics: check_distill_gate(metrics, gate))

@@ -1,0 +1,57 @@
+"""AdamW and its learning-rate schedule (linear warm-up, then constant, cosine or linear decay)."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+from torch import nn
+
+from engine.config import OptimConfig
+
+
+def warmup_steps(cfg: OptimConfig, total_steps: int) -> int:
+    """Steps spent warming up: `int(lr_warmup_steps_ratio * total_steps)` (VERL's rounding)."""
+    return int(cfg.lr_warmup_steps_ratio * total_steps)
+
+
+def lr_factor(step: int, *, total_steps: int, warmup: int, kind: str, min_lr_ratio: float) -> float:
+    """Multiplier of the peak LR for 0-based optimizer step `step`.
+
+    Warm-up rises linearly to 1 over `warmup` steps, reaching it on step `warmup - 1` (step 0 already
+    moves the weights, unlike schedules that start at exactly 0). After warm-up, `progress` runs from
+    0 at the first decay step towards 1 at `total_steps`, and the factor falls from 1 to
+    `min_lr_ratio`: `cosine`: `m + (1 - m) * (1 + cos(pi * progress)) / 2`; `linear`:
+    `m + (1 - m) * (1 - progress)`; `constant`: 1.
+    """
+    if step < warmup:
+        return (step + 1) / warmup
+    if kind == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+    if kind == "cosine":
+        decay = 0.5 * (1.0 + math.cos(math.pi * progress))
+    elif kind == "linear":
+        decay = 1.0 - progress
+    else:
+        raise ValueError(f"unknown lr_scheduler_type {kind!r}")
+    return min_lr_ratio + (1.0 - min_lr_ratio) * decay
+
+
+def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters (`requires_grad`), in a fixed order (named_parameters)."""
+    params = [p for _, p in model.named_parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the model has no trainable parameters")
+    # foreach=False keeps the update order, hence the floating-point result, independent of grouping.
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay,
+                             foreach=False)
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig,
+                    total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """A `LambdaLR` applying `lr_factor`; its state (step count) is what a checkpoint saves."""
+    factor = functools.partial(lr_factor, total_steps=total_steps, warmup=warmup_steps(cfg, total_steps),
+                               kind=cfg.lr_scheduler_type, min_lr_ratio=cfg.min_lr_ratio)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
