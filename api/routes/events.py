@@ -1,0 +1,103 @@
+"""A job's event log: paged, as metric time series, and live over server-sent events."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterable
+from typing import Annotated, Any
+
+from anyio import to_thread
+from fastapi import APIRouter, Depends, Header, Query
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+from sqlalchemy import select
+
+from api import streams
+from api.deps import SessionDep
+from api.errors import ApiError, problem_responses
+from api.routes.jobs import OwnedJob
+from api.schemas.jobs import JobEventPublic, JobEventsPublic, JobMetricsPublic
+from core.events import event_payload, read_events
+from core.models import JobEvent
+
+router = APIRouter(prefix="/v1/jobs", tags=["events"])
+
+SeqQuery = Annotated[int, Query(ge=0, le=2**31 - 1, description="Return events with a larger `seq` than this.")]
+
+
+def event_public(payload: dict[str, Any]) -> dict[str, Any]:
+    """core.events' payload (DB row or Redis message) -> the JobEventPublic shape."""
+    return {"object": "job.event", "seq": payload["seq"], "type": payload["type"], "data": payload.get("data") or {},
+            "created_at": streams.unix_seconds(payload.get("created_at"))}
+
+
+@router.get("/{job_id}/events", summary="List job events", response_model=JobEventsPublic,
+            responses=problem_responses(401, 404, 422, 429))
+def list_job_events(job: OwnedJob, db: SessionDep, after: SeqQuery = 0,
+                    limit: Annotated[int, Query(ge=1, le=1000, description="Page size (1-1000).")] = 100):
+    """The job's events oldest first, after the `seq` cursor `after`."""
+    rows = read_events(db, job.id, after=after, limit=limit + 1)
+    data = [event_public(event_payload(e)) for e in rows[:limit]]
+    return {"object": "list", "data": data, "has_more": len(rows) > limit,
+            "last_seq": data[-1]["seq"] if data else None}
+
+
+def _downsample(points: list[tuple[int, float]], max_points: int) -> list[tuple[int, float]]:
+    """Evenly strided, first and last kept."""
+    n = len(points)
+    if n <= max_points:
+        return points
+    return [points[round(i * (n - 1) / (max_points - 1))] for i in range(max_points)]
+
+
+@router.get("/{job_id}/metrics", summary="List job metrics", response_model=JobMetricsPublic,
+            responses=problem_responses(401, 404, 422, 429))
+def list_job_metrics(job: OwnedJob, db: SessionDep,
+                     names: Annotated[list[str] | None, Query(max_length=100, description=(
+                         "Only these metrics (repeat the parameter, or separate names with commas)."))] = None,
+                     max_points: Annotated[int, Query(ge=2, le=10_000, description=(
+                         "Longer series are downsampled to this many evenly spaced points."))] = 500):
+    """Time series per metric name (step, value), from the job's metrics events."""
+    wanted = {n.strip() for item in names or () for n in item.split(",") if n.strip()} or None
+    series: dict[str, dict[int, float]] = {}
+    rows = db.scalars(select(JobEvent.data).where(JobEvent.job_id == job.id, JobEvent.type == "job.metrics")
+                      .order_by(JobEvent.seq).execution_options(yield_per=1000))
+    for data in rows:
+        step, values = data.get("step"), data.get("values")
+        if not isinstance(step, int) or isinstance(step, bool) or not isinstance(values, dict):
+            continue
+        for name, value in values.items():
+            if wanted is not None and name not in wanted:
+                continue
+            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+                series.setdefault(name, {})[step] = float(value)  # a repeated step: the latest value wins
+    data = []
+    for name in sorted(series):
+        points = sorted(series[name].items())
+        kept = _downsample(points, max_points)
+        data.append({"name": name, "steps": [s for s, _ in kept], "values": [v for _, v in kept],
+                     "points": len(points)})
+    return {"object": "job.metrics", "job_id": job.id, "data": data}
+
+
+def resume_after(after: SeqQuery = 0, last_event_id: Annotated[str | None, Header(
+        alias="Last-Event-ID", max_length=20,
+        description="Resume after this seq (EventSource sends it on reconnect); takes precedence over `after`.")]
+                 = None) -> int:
+    """The stream's cursor: the `Last-Event-ID` header, else `after`."""
+    if last_event_id is None or not last_event_id.strip():
+        return after
+    if not last_event_id.strip().isdigit():
+        raise ApiError(422, "invalid_request", "Last-Event-ID must be an event seq.", param="Last-Event-ID")
+    return int(last_event_id.strip())
+
+
+@router.get("/{job_id}/events/stream", summary="Stream job events", response_class=EventSourceResponse,
+            responses={200: {"description": "Server-sent events: `id` = seq, `event` = type, `data` = the "
+                                            "event as JSON (JobEventPublic)."}, **problem_responses(401, 404, 422, 429)})
+async def stream_job_events(job: OwnedJob, db: SessionDep,
+                            after: Annotated[int, Depends(resume_after)]) -> AsyncIterable[JobEventPublic]:
+    """The job's events replayed after the cursor, then live; ends after `job.done`."""
+    job_id = job.id
+    await to_thread.run_sync(db.close)  # a stream can last hours: give the connection back to the pool now
+    async for payload in streams.follow(job_id, after):
+        yield ServerSentEvent(id=str(payload["seq"]), event=payload["type"], data=event_public(payload))

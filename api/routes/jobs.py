@@ -1,0 +1,276 @@
+"""Jobs: create (validated, stored, then enqueued), list, retrieve, cancel.
+
+A job row is the contract with the workers: it is committed as `queued` with the validated request
+(every hyperparameter filled in) in `spec`, then handed to the broker; if the broker is down the job
+stays queued and the dispatcher's sweeper sends it later. Referenced ids that are not this project's
+(files, models, checkpoints) are 404s with `param` naming the field, exactly as unknown ids are.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from fastapi import Path as PathParam
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from api.deps import CurrentProject, SessionDep
+from api.errors import ApiError, not_found, problem_responses
+from api.idempotency import IdempotencyDep
+from api.pagination import AfterQuery, LimitQuery, page_of, paginate
+from api.schemas.jobs import (
+    FILE_PURPOSE,
+    TERMINAL_STATUSES,
+    JobCreate,
+    JobPublic,
+    JobsPublic,
+    JobStatus,
+    PPOMethod,
+    RMDistillMethod,
+)
+from core import events
+from core.config import settings
+from core.models import Checkpoint, File, Job, Model
+from workers import dispatch
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+
+
+def owned_job(job_id: Annotated[str, PathParam(max_length=64)], project: CurrentProject, db: SessionDep) -> Job:
+    """The path's job if it belongs to the caller's project, else 404 (existence is not revealed)."""
+    job = db.get(Job, job_id)
+    if job is None or job.project_id != project.id:
+        raise not_found("job", job_id, param="job_id")
+    return job
+
+
+OwnedJob = Annotated[Job, Depends(owned_job)]
+
+
+# -- references in a create request -------------------------------------------------------------
+
+def _model_dir(ref: str, param: str) -> str:
+    """An absolute directory inside a model root (after resolving symlinks), without `..`."""
+    if ".." in PurePosixPath(ref).parts:
+        raise ApiError(422, "invalid_model", f"{param}: a model path must not contain '..'.", param=param)
+    resolved = Path(ref).resolve()
+    roots = [Path(r) for r in settings.model_roots]
+    if not any(resolved.is_relative_to(root) for root in roots):
+        raise ApiError(422, "invalid_model", f"{param}: {ref!r} is not under an allowed model root "
+                       "(the deployment's KEEL_MODEL_ROOTS).", param=param)
+    if not resolved.is_dir():
+        raise ApiError(422, "invalid_model", f"{param}: no directory at {ref!r}.", param=param)
+    return str(resolved)
+
+
+def _model_ref(db: Session, project_id: str, ref: str, param: str, *, reward: bool = False) -> str:
+    """Check a model reference; returns it normalised (a directory resolved)."""
+    if ref.startswith("model-"):
+        model = db.get(Model, ref)
+        if model is None or model.project_id != project_id:
+            raise not_found("model", ref, param=param)
+        if reward and model.kind != "reward_model":
+            raise ApiError(422, "invalid_model", f"{param}: {ref} is a {model.kind}, not a reward_model.",
+                           param=param)
+        return ref
+    if ref.startswith("/"):
+        return _model_dir(ref, param)
+    if _HUB_ID.fullmatch(ref) and ".." not in ref:
+        return ref
+    raise ApiError(422, "invalid_model", f"{param}: expected a Keel model id (model-...), a hub id (org/name) "
+                   "or an absolute directory under a model root.", param=param)
+
+
+def _training_file(db: Session, project_id: str, file_id: str, method: str, param: str) -> File:
+    file = db.get(File, file_id)
+    if file is None or file.project_id != project_id or file.deleted_at is not None:
+        raise not_found("file", file_id, param=param)
+    want = FILE_PURPOSE[method]
+    if file.purpose != want:
+        raise ApiError(422, "invalid_file_purpose", f"{param}: {file_id} has purpose {file.purpose!r}; "
+                       f"method {method!r} needs {want!r}.", param=param)
+    if file.status != "processed":
+        raise ApiError(422, "file_not_ready", f"{param}: {file_id} is {file.status}, not processed.", param=param)
+    return file
+
+
+def _checkpoint(db: Session, project_id: str, checkpoint_id: str, method: str) -> Checkpoint:
+    ckpt = db.get(Checkpoint, checkpoint_id)
+    if ckpt is None or ckpt.project_id != project_id:
+        raise not_found("checkpoint", checkpoint_id, param="from_checkpoint")
+    source = db.get(Job, ckpt.job_id)
+    if source is None or source.method != method:
+        raise ApiError(422, "invalid_checkpoint", f"from_checkpoint: {checkpoint_id} belongs to a "
+                       f"{source.method if source else 'deleted'} job; continue a {method} job from a {method} "
+                       "checkpoint.", param="from_checkpoint")
+    return ckpt
+
+
+def _resolve(db: Session, project_id: str, body: JobCreate) -> dict[str, Any]:
+    """Check every reference in the request; returns the spec to store (normalised, defaults filled)."""
+    method = body.method
+    body.model = _model_ref(db, project_id, body.model, "model")
+    _training_file(db, project_id, body.training_file, method.type, "training_file")
+    if body.validation_file is not None:
+        _training_file(db, project_id, body.validation_file, method.type, "validation_file")
+    if isinstance(method, RMDistillMethod):
+        method.teacher = _model_ref(db, project_id, method.teacher, "method.teacher", reward=True)
+    if isinstance(method, PPOMethod) and method.reward.model is not None:
+        method.reward.model = _model_ref(db, project_id, method.reward.model, "method.reward.model", reward=True)
+    adapter = method.hyperparameters.model.lora_adapter_path
+    if adapter is not None:
+        method.hyperparameters.model.lora_adapter_path = _model_dir(
+            adapter, "method.hyperparameters.model.lora_adapter_path")
+    if body.from_checkpoint is not None:
+        _checkpoint(db, project_id, body.from_checkpoint, method.type)
+    return body.model_dump(mode="json")
+
+
+# -- the public shape ------------------------------------------------------------------------------
+
+def _unix(value: datetime | None) -> int | None:
+    return None if value is None else int(value.timestamp())
+
+
+def _numbers(values: Any) -> dict[str, float]:
+    if not isinstance(values, dict):
+        return {}
+    return {str(k): float(v) for k, v in values.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+def _progress(job: Job) -> dict[str, Any]:
+    p = job.progress or {}
+    out = {k: p.get(k) if isinstance(p.get(k), int | float) and not isinstance(p.get(k), bool) else None
+           for k in ("step", "total_steps", "epoch", "seconds_remaining")}
+    for k in ("step", "total_steps", "seconds_remaining"):
+        out[k] = None if out[k] is None else int(out[k])
+    step, total = out["step"], out["total_steps"]
+    if (out["seconds_remaining"] is None and job.status == "running" and job.started_at and step and total
+            and total >= step):
+        elapsed = (datetime.now(UTC) - job.started_at).total_seconds()
+        out["seconds_remaining"] = max(0, int(elapsed / step * (total - step)))
+    return out
+
+
+def _error(error: Any) -> dict[str, Any] | None:
+    if not error or not isinstance(error, dict):
+        return None
+    return {"code": str(error.get("code") or "error"), "message": str(error.get("message") or ""),
+            "param": error.get("param") if isinstance(error.get("param"), str) else None}
+
+
+def queue_positions(db: Session, project_id: str, jobs: list[Job]) -> dict[str, int]:
+    """1-based positions of the given queued jobs among the project's queued jobs, oldest first."""
+    queued = [j.id for j in jobs if j.status == "queued"]
+    if not queued:
+        return {}
+    ranked = (select(Job.id, func.row_number().over(order_by=(Job.created_at, Job.id)).label("position"))
+              .where(Job.project_id == project_id, Job.status == "queued").subquery())
+    rows = db.execute(select(ranked.c.id, ranked.c.position).where(ranked.c.id.in_(queued)))
+    return {job_id: int(position) for job_id, position in rows}
+
+
+def job_public(job: Job, queue_position: int | None = None) -> JobPublic:
+    spec = job.spec or {}
+    return JobPublic(
+        id=job.id, status=job.status, method=spec["method"], model=job.model, output_model=job.output_model_id,
+        training_file=job.training_file_id, validation_file=job.validation_file_id, seed=job.seed,
+        suffix=spec.get("suffix"), resources=spec.get("resources") or {}, from_checkpoint=spec.get("from_checkpoint"),
+        created_at=_unix(job.created_at), started_at=_unix(job.started_at), finished_at=_unix(job.finished_at),
+        progress=_progress(job), queue_position=queue_position if job.status == "queued" else None,
+        latest_metrics=_numbers(job.latest_metrics), error=_error(job.error), metadata=job.meta or {},
+        attempts=job.attempts)
+
+
+def _public_one(db: Session, job: Job) -> JobPublic:
+    return job_public(job, queue_positions(db, job.project_id, [job]).get(job.id))
+
+
+def _best_effort(name: str, job_id: str) -> None:
+    """Call workers.dispatch.<name>(job_id); a broker problem never fails the request (the sweeper retries)."""
+    try:
+        getattr(dispatch, name)(job_id)
+    except Exception as exc:  # noqa: BLE001 - any broker failure: the job stays queued
+        log.warning("%s(%s) failed, left to the sweeper: %s", name, job_id, exc)
+
+
+# -- routes ----------------------------------------------------------------------------------------
+
+@router.post("", status_code=201, summary="Create a job", response_model=JobPublic,
+             responses=problem_responses(401, 404, 422, 429))
+def create_job(body: JobCreate, project: CurrentProject, db: SessionDep, idem: IdempotencyDep):
+    """Validate a training job, queue it, and return it."""
+    if (replay := idem.replay(db, project.id)) is not None:
+        return replay
+    spec = _resolve(db, project.id, body)
+    job = Job(project_id=project.id, status="queued", method=body.method.type, spec=spec, model=body.model,
+              training_file_id=body.training_file, validation_file_id=body.validation_file, seed=body.seed,
+              meta=body.metadata)
+    db.add(job)
+    db.flush()
+    public = _public_one(db, job)
+    if (replay := idem.commit(db, project.id, 201, public.model_dump(mode="json"))) is not None:
+        return replay
+    _best_effort("enqueue_job", job.id)
+    return public
+
+
+@router.get("", summary="List jobs", response_model=JobsPublic, responses=problem_responses(401, 422, 429))
+def list_jobs(project: CurrentProject, db: SessionDep, limit: LimitQuery = 20, after: AfterQuery = None,
+              status: Annotated[JobStatus | None, Query(description="Only jobs in this status.")] = None):
+    """The project's jobs, newest first."""
+    stmt = select(Job).where(Job.project_id == project.id)
+    if status is not None:
+        stmt = stmt.where(Job.status == status)
+    jobs, has_more = paginate(db, stmt, Job.id, limit=limit, after=after)
+    positions = queue_positions(db, project.id, jobs)
+    return page_of([job_public(j, positions.get(j.id)) for j in jobs], has_more)
+
+
+@router.get("/{job_id}", summary="Retrieve a job", response_model=JobPublic,
+            responses=problem_responses(401, 404, 429))
+def retrieve_job(job: OwnedJob, db: SessionDep):
+    """One job, with its progress, latest metrics and queue position."""
+    return _public_one(db, job)
+
+
+@router.post("/{job_id}/cancel", summary="Cancel a job", response_model=JobPublic,
+             responses=problem_responses(401, 404, 409, 422, 429))
+def cancel_job(job: OwnedJob, project: CurrentProject, db: SessionDep, idem: IdempotencyDep):
+    """Cancel a queued job at once, or ask a running one to stop (`cancelling`); finished jobs are a 409."""
+    if (replay := idem.replay(db, project.id)) is not None:
+        return replay
+    now = datetime.now(UTC)
+    # Conditional updates: a worker that starts or finishes the job concurrently cannot be overwritten.
+    appended = []
+    if db.execute(update(Job).where(Job.id == job.id, Job.status == "queued")
+                  .values(status="cancelled", finished_at=now)).rowcount:
+        appended.append(events.append_event(db, job.id, "job.status", {"status": "cancelled"}, commit=False))
+        appended.append(events.append_event(db, job.id, "job.done", {"status": "cancelled"}, commit=False))
+    elif db.execute(update(Job).where(Job.id == job.id, Job.status == "running")
+                    .values(status="cancelling")).rowcount:
+        appended.append(events.append_event(db, job.id, "job.status", {"status": "cancelling"}, commit=False))
+    db.refresh(job)
+    if not appended and job.status in TERMINAL_STATUSES:
+        db.rollback()
+        raise ApiError(409, "job_terminal", f"Job {job.id} already {job.status}; it cannot be cancelled.",
+                       param="job_id")
+    public = _public_one(db, job)
+    if (replay := idem.commit(db, project.id, 200, public.model_dump(mode="json"))) is not None:
+        return replay
+    for event in appended:
+        events.publish(event)
+    if appended:
+        _best_effort("request_cancel", job.id)
+    return public

@@ -1,0 +1,438 @@
+"""Per-method hyperparameters: pydantic mirrors of engine/config.py (the API must not import the engine).
+
+Field names, nesting and defaults are the engine dataclasses' (VERL's names); tests/api/
+test_hyperparameters.py keeps the two in lock-step. On top of the engine's own checks, these schemas
+refuse unknown keys, wrong types (strict: `"4"` is not an int, `1` is not a bool), NaN/Inf and
+absurd sizes, and report cross-field contradictions at the field that must change, so a problem's
+`param` reads `method.hyperparameters.actor.ppo_mini_batch_size`.
+
+VERL-style dotted overrides (`actor_rollout_ref.actor.ppo_epochs=4`) are mapped onto the nested form
+by `apply_overrides` before validation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any, Literal
+
+import pydantic.types
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WrapValidator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+MAX_SIZE = 10**6
+"""Upper bound for batch sizes, sequence lengths and token budgets: anything larger is a typo."""
+MAX_STEPS = 10**8
+
+Dtype = Literal["float32", "bfloat16"]
+Truncation = Literal["error", "left", "right"]
+LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+KLType = Literal["kl", "abs", "mse", "low_var_kl"]
+
+Size = Annotated[int, Field(gt=0, le=MAX_SIZE)]
+"""A batch size, sequence length or token budget."""
+Epochs = Annotated[int, Field(gt=0, le=10_000)]
+Ratio = Annotated[float, Field(gt=0.0, lt=1.0)]
+Share = Annotated[float, Field(ge=0.0, le=1.0)]
+Coef = Annotated[float, Field(ge=0.0, le=1e6)]
+LAX = pydantic.types.Strict(False)
+"""JSON has no tuples: a list is fine where the engine keeps a tuple."""
+
+
+def _one_error(message: str) -> WrapValidator:
+    """Collapse a union's per-arm errors into one error at the field itself (a clean `param`)."""
+    def wrap(value: Any, handler: Any) -> Any:
+        try:
+            return handler(value)
+        except ValidationError:
+            raise PydanticCustomError("invalid_value", message) from None
+    return WrapValidator(wrap)
+
+
+def _freq(value: int) -> int:
+    if value != -1 and not 1 <= value <= MAX_STEPS:
+        raise PydanticCustomError("invalid_value", "must be -1 (only at the end) or a positive number of steps")
+    return value
+
+
+def _lora_rank(value: int | str) -> int | str:
+    if value != "auto" and not 0 <= value <= 1024:
+        raise PydanticCustomError("invalid_value", "must be an integer in [0, 1024] or 'auto'")
+    return value
+
+
+LoraRank = Annotated[int | Literal["auto"], _one_error("must be an integer in [0, 1024] or 'auto'"),
+                     AfterValidator(_lora_rank)]
+TargetModules = Annotated[str | Annotated[tuple[Annotated[str, Field(min_length=1, max_length=200)], ...], LAX],
+                          _one_error("must be a module name, 'all-linear' or a list of names")]
+Freq = Annotated[int, AfterValidator(_freq)]
+
+
+class Strict(BaseModel):
+    """Base of every request schema: unknown keys, type coercion and non-finite floats are refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, use_attribute_docstrings=True)
+
+
+def errors_at(title: str, *problems: tuple[tuple[str | int, ...], Any, str]) -> ValidationError:
+    """A ValidationError located at `loc` (relative to the model that raises it)."""
+    return ValidationError.from_exception_data(title, [
+        InitErrorDetails(type=PydanticCustomError("value_error", message), loc=loc, input=value)
+        for loc, value, message in problems])
+
+
+class ModelConfig(Strict):
+    """How the trained model is loaded (VERL: `actor_rollout_ref.model`)."""
+
+    dtype: Dtype = "float32"
+    """Parameter dtype; `bfloat16` halves memory, `float32` is exact on CPU."""
+    enable_gradient_checkpointing: bool = False
+    """Recompute activations in backward: less memory, about 30% more compute."""
+    use_remove_padding: bool = True
+    """Pack sequences without padding where the attention implementation allows it."""
+    lora_rank: LoraRank = 0
+    """0 = full fine-tuning; `auto` picks by parameter count (<1B: 32, <10B: 64, else 128)."""
+    lora_alpha: Annotated[int, Field(gt=0, le=100_000)] = 16
+    """LoRA scaling numerator (scale = alpha / rank)."""
+    target_modules: TargetModules = "all-linear"
+    """Modules that get adapters; `all-linear` as in the recipe."""
+    lora_adapter_path: Annotated[str, Field(min_length=1, max_length=1000)] | None = None
+    """Continue from an existing adapter directory (`adapter_model.safetensors`) under a model root."""
+
+
+class DistillModelConfig(ModelConfig):
+    """`ModelConfig` for reward-model distillation: LoRA by default, rank picked by size."""
+
+    lora_rank: LoraRank = "auto"
+    """0 = full fine-tuning; `auto` picks by parameter count (<1B: 32, <10B: 64, else 128)."""
+
+
+class OptimConfig(Strict):
+    """AdamW with warm-up and a schedule (VERL: `optim`)."""
+
+    lr: Annotated[float, Field(gt=0.0, le=1.0)] = 1e-5
+    """Peak learning rate."""
+    weight_decay: Annotated[float, Field(ge=0.0, le=10.0)] = 0.0
+    betas: Annotated[tuple[Annotated[float, Field(ge=0.0, lt=1.0)], Annotated[float, Field(ge=0.0, lt=1.0)]],
+                     LAX] = (0.9, 0.999)
+    lr_warmup_steps_ratio: Share = 0.0
+    """Share of total steps spent warming up linearly from 0."""
+    lr_scheduler_type: Literal["constant", "cosine", "linear"] = "constant"
+    min_lr_ratio: Share = 0.0
+    """Floor of the cosine/linear decay as a share of `lr`."""
+    grad_clip: Coef = 1.0
+    """Max global gradient norm (0 disables clipping)."""
+
+
+class ActorOptimConfig(OptimConfig):
+    """`OptimConfig` for the PPO actor (a smaller learning rate)."""
+
+    lr: Annotated[float, Field(gt=0.0, le=1.0)] = 1e-6
+    """Peak learning rate."""
+
+
+class DistillOptimConfig(OptimConfig):
+    """`OptimConfig` for reward-model distillation (LoRA tolerates a larger learning rate)."""
+
+    lr: Annotated[float, Field(gt=0.0, le=1.0)] = 1e-4
+    """Peak learning rate."""
+
+
+class TrainerConfig(Strict):
+    """Loop length and cadence (VERL: `trainer`)."""
+
+    total_epochs: Epochs = 1
+    total_training_steps: Annotated[int, Field(gt=0, le=MAX_STEPS)] | None = None
+    """Overrides `total_epochs` when set."""
+    save_freq: Freq = -1
+    """Checkpoint every N steps (-1: only at the end)."""
+    test_freq: Freq = -1
+    """Validate every N steps (-1: only at the end)."""
+    critic_warmup: Annotated[int, Field(ge=0, le=MAX_STEPS)] = 0
+    """PPO only: steps that train the critic before the actor starts updating."""
+
+
+class PPOTrainerConfig(TrainerConfig):
+    """`TrainerConfig` for PPO (3 epochs by default, as in the recipe)."""
+
+    total_epochs: Epochs = 3
+
+
+class DataConfig(Strict):
+    """Batching and lengths (VERL: `data`)."""
+
+    train_batch_size: Size = 64
+    """Rows (pairs, prompts, examples) per optimizer step (PPO: prompts per iteration)."""
+    val_batch_size: Size | None = None
+    max_prompt_length: Size = 1024
+    max_response_length: Size = 2048
+    max_length: Size | None = None
+    """SFT / reward model: cap on prompt+response tokens (defaults to the sum of the two above)."""
+    truncation: Truncation = "error"
+    shuffle: bool = True
+
+
+class _Supervised(Strict):
+    """Fields shared by SFT, reward-model training and distillation."""
+
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    micro_batch_size_per_gpu: Size = 2
+    use_dynamic_bsz: bool = True
+    max_token_len_per_gpu: Size = 3072
+
+    @model_validator(mode="after")
+    def _micro_within_batch(self):
+        if self.micro_batch_size_per_gpu > self.data.train_batch_size:
+            raise errors_at(type(self).__name__, (("micro_batch_size_per_gpu",), self.micro_batch_size_per_gpu,
+                                                "micro_batch_size_per_gpu must not exceed data.train_batch_size"))
+        return self
+
+
+class SFTConfig(_Supervised):
+    """Supervised fine-tuning: causal-LM loss on response tokens only."""
+
+
+class RewardModelConfig(_Supervised):
+    """Bradley-Terry reward model: -log sigmoid(r_chosen - r_rejected - margin)."""
+
+    center_rewards_coefficient: Coef = 0.0
+    """Weight of the mean((r_c + r_r)^2) term that keeps scores centred on 0 (Eisenstein et al.)."""
+
+
+class RMDistillConfig(_Supervised):
+    """Distil a teacher reward model's pairwise preferences into a (LoRA) student."""
+
+    model: DistillModelConfig = Field(default_factory=DistillModelConfig)
+    optim: DistillOptimConfig = Field(default_factory=DistillOptimConfig)
+    loss: Literal["kl", "mse"] = "kl"
+    """`kl`: KL(Bern(sigmoid(t_c - t_r)) || Bern(sigmoid(s_c - s_r))); `mse`: on standardised score gaps."""
+    gate_kl: Annotated[float, Field(gt=0.0, le=1e6)] = 0.05
+    """Held-out mean KL the student must stay below, else the job fails with `distill_gate`."""
+
+
+class ActorConfig(Strict):
+    """PPO actor update (VERL: `actor_rollout_ref.actor`)."""
+
+    ppo_mini_batch_size: Size = 64
+    """Prompts per optimizer step (times `rollout.n` samples)."""
+    ppo_micro_batch_size_per_gpu: Size = 2
+    ppo_epochs: Epochs = 4
+    clip_ratio: Ratio = 0.2
+    clip_ratio_low: Ratio | None = None
+    """Defaults to `clip_ratio`."""
+    clip_ratio_high: Ratio | None = None
+    """Defaults to `clip_ratio`."""
+    clip_ratio_c: Annotated[float, Field(gt=1.0, le=1e6)] = 3.0
+    """Dual-clip bound for negative advantages (Ye et al. 2020); must be > 1."""
+    entropy_coeff: Coef = 0.0
+    use_kl_loss: bool = False
+    kl_loss_coef: Coef = 0.001
+    kl_loss_type: KLType = "low_var_kl"
+    loss_agg_mode: LossAggMode = "token-mean"
+    use_dynamic_bsz: bool = True
+    ppo_max_token_len_per_gpu: Size = 3072
+    """Token budget per micro-batch (about 3x the sequence length)."""
+    optim: ActorOptimConfig = Field(default_factory=ActorOptimConfig)
+
+
+class CriticConfig(Strict):
+    """PPO value model (VERL: `critic`)."""
+
+    ppo_mini_batch_size: Size | None = None
+    """Defaults to the actor's."""
+    ppo_micro_batch_size_per_gpu: Size = 2
+    ppo_epochs: Epochs | None = None
+    """Defaults to the actor's."""
+    cliprange_value: Annotated[float, Field(gt=0.0, le=1e6)] = 0.5
+    loss_agg_mode: LossAggMode = "token-mean"
+    use_dynamic_bsz: bool = True
+    ppo_max_token_len_per_gpu: Size = 3072
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+
+
+class RolloutConfig(Strict):
+    """Sampling (VERL: `actor_rollout_ref.rollout`)."""
+
+    name: Literal["hf", "vllm"] = "hf"
+    n: Annotated[int, Field(gt=0, le=1024)] = 5
+    """Samples per prompt."""
+    temperature: Annotated[float, Field(ge=0.0, le=100.0)] = 1.0
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    top_k: Annotated[int, Field(ge=-1, le=MAX_SIZE)] = -1
+    """-1 disables top-k."""
+    do_sample: bool = True
+    val_temperature: Annotated[float, Field(ge=0.0, le=100.0)] = 0.0
+    """Validation decoding temperature (0 = greedy)."""
+
+
+class KLControlConfig(Strict):
+    """KL coefficient control (VERL: `algorithm.kl_ctrl`)."""
+
+    type: Literal["fixed", "adaptive"] = "adaptive"
+    kl_coef: Coef = 0.001
+    target_kl: Annotated[float, Field(gt=0.0, le=1e6)] = 0.1
+    horizon: Annotated[int, Field(gt=0, le=10**9)] = 10000
+
+
+class AlgorithmConfig(Strict):
+    """Advantage estimation and KL-in-reward (VERL: `algorithm`)."""
+
+    adv_estimator: Literal["gae", "grpo"] = "gae"
+    gamma: Share = 1.0
+    lam: Share = 0.95
+    use_kl_in_reward: bool = True
+    kl_penalty: KLType = "kl"
+    kl_ctrl: KLControlConfig = Field(default_factory=KLControlConfig)
+    norm_adv_by_std_in_grpo: bool = True
+
+
+class RewardFilterConfig(Strict):
+    """PF-PPO style filtering of unreliable rewards (Zhang et al. 2024, arXiv:2409.06957)."""
+
+    enable: bool = False
+    drop_middle_quantile: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.5
+    """Share of samples around the median reward to drop (their rewards are the least reliable)."""
+    replay_buffer_size: Annotated[int, Field(ge=0, le=MAX_SIZE)] = 0
+    """Kept high-confidence samples replayed in later steps (0 disables replay)."""
+
+
+class GuardrailConfig(Strict):
+    """The recipe's monitoring points, enforced."""
+
+    warn_kl: Annotated[float, Field(gt=0.0, le=1e6)] = 0.2
+    """KL per step above this emits `job.warning`."""
+    rollback_kl: Annotated[float, Field(gt=0.0, le=1e6)] = 0.3
+    """KL per step above this (or a non-finite loss/gradient) restores the last good checkpoint."""
+    max_rollbacks: Annotated[int, Field(ge=0, le=1000)] = 3
+    """After this many rollbacks the job fails with `diverged`."""
+    rollback_lr_factor: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
+    """Mitigation: multiply the actor LR by this after a rollback."""
+    rollback_clip_ratio: Ratio = 0.1
+    """Mitigation: tighten `clip_ratio` to this after a rollback."""
+    step_timeout_s: Annotated[float, Field(gt=0.0, le=7 * 86400.0)] = 3600.0
+    """A step longer than this fails the job with `step_timeout`."""
+    reward_filter: RewardFilterConfig = Field(default_factory=RewardFilterConfig)
+
+    @model_validator(mode="after")
+    def _warn_before_rollback(self):
+        if self.warn_kl > self.rollback_kl:
+            raise errors_at("GuardrailConfig", (("warn_kl",), self.warn_kl, "warn_kl must not exceed rollback_kl"))
+        return self
+
+
+class PPOConfig(Strict):
+    """PPO with Actor / Critic / Reference / Reward roles (VERL's ppo_trainer config, trimmed)."""
+
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    actor: ActorConfig = Field(default_factory=ActorConfig)
+    critic: CriticConfig = Field(default_factory=CriticConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    trainer: PPOTrainerConfig = Field(default_factory=PPOTrainerConfig)
+    guardrails: GuardrailConfig = Field(default_factory=GuardrailConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        batch = self.data.train_batch_size
+        problems = []
+        if self.actor.ppo_mini_batch_size > batch:
+            problems.append((("actor", "ppo_mini_batch_size"), self.actor.ppo_mini_batch_size,
+                             "actor.ppo_mini_batch_size must not exceed data.train_batch_size"))
+        if self.critic.ppo_mini_batch_size is not None and self.critic.ppo_mini_batch_size > batch:
+            problems.append((("critic", "ppo_mini_batch_size"), self.critic.ppo_mini_batch_size,
+                             "critic.ppo_mini_batch_size must not exceed data.train_batch_size"))
+        # The micro-batch counts samples; a mini-batch holds ppo_mini_batch_size * rollout.n of them.
+        samples = self.actor.ppo_mini_batch_size * self.rollout.n
+        if self.actor.ppo_micro_batch_size_per_gpu > samples:
+            problems.append((("actor", "ppo_micro_batch_size_per_gpu"), self.actor.ppo_micro_batch_size_per_gpu,
+                             ("actor.ppo_micro_batch_size_per_gpu must not exceed "
+                              "actor.ppo_mini_batch_size * rollout.n samples")))
+        if self.algorithm.adv_estimator == "grpo" and self.rollout.n < 2:
+            problems.append((("rollout", "n"), self.rollout.n,
+                             "grpo needs rollout.n >= 2 (advantages are relative within a group)"))
+        if problems:
+            raise errors_at("PPOConfig", *problems)
+        return self
+
+
+METHOD_HYPERPARAMETERS: dict[str, type[Strict]] = {
+    "sft": SFTConfig,
+    "reward_model": RewardModelConfig,
+    "rm_distill": RMDistillConfig,
+    "ppo": PPOConfig,
+}
+
+
+class Resources(Strict):
+    """Where a job runs: data-parallel workers and what each gets."""
+
+    num_workers: Annotated[int, Field(gt=0, le=1024)] = 1
+    cpus_per_worker: Annotated[float, Field(gt=0.0, le=1024.0)] = 1.0
+    gpus_per_worker: Annotated[float, Field(ge=0.0, le=64.0)] = 0.0
+    colocate: bool = True
+    """PPO: put all roles on one set of resources (else one placement group bundle per role)."""
+
+
+# -- VERL-style dotted overrides ----------------------------------------------------------------
+
+MAX_OVERRIDES = 200
+_KEY = re.compile(r"\+?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_VERL_PREFIX = "actor_rollout_ref."
+"""VERL nests actor, rollout, ref and model under `actor_rollout_ref`; Keel puts them at the top."""
+
+
+def parse_value(text: str) -> Any:
+    """A JSON value (`1e-4`, `true`, `[0.9, 0.95]`), else a YAML scalar (`True`, `null`, `~`), else the text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return value if isinstance(value, bool | int | float | list | dict) or value is None else text
+
+
+def map_key(key: str) -> list[str]:
+    """`actor_rollout_ref.actor.ppo_epochs` -> `["actor", "ppo_epochs"]` (Keel's nesting)."""
+    key = key.removeprefix("+")
+    key = key.removeprefix(_VERL_PREFIX)
+    return key.split(".")
+
+
+def apply_overrides(hyperparameters: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Merge `key=value` overrides into a copy of the nested hyperparameters (later ones win).
+
+    Raises a ValidationError located at `("overrides", i)` for an override that is not `key=value`
+    or that sets a key below a non-object value; everything else is left to schema validation, so an
+    unknown or mistyped key is reported at its nested path (`hyperparameters.actor.ppo_epochs`)."""
+    merged = json.loads(json.dumps(hyperparameters))  # a deep copy of plain JSON
+    for i, item in enumerate(overrides):
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not _KEY.fullmatch(key):
+            raise errors_at("overrides", (("overrides", i), item,
+                                        "an override must look like `section.key=value` (VERL dotted name)"))
+        *parents, leaf = map_key(key)
+        node = merged
+        for depth, part in enumerate(parents):
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise errors_at("overrides", (("overrides", i), item,
+                                            f"{'.'.join(parents[:depth + 1])} is not an object"))
+        node[leaf] = parse_value(raw.strip())
+    return merged

@@ -1,0 +1,268 @@
+"""Jobs, their events and metrics, checkpoints and models: request and response schemas."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from api.pagination import Page
+from api.schemas.hyperparameters import (
+    MAX_OVERRIDES,
+    PPOConfig,
+    Resources,
+    RewardModelConfig,
+    RMDistillConfig,
+    SFTConfig,
+    Strict,
+    apply_overrides,
+    errors_at,
+)
+
+JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelling", "cancelled"]
+TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
+EventType = Literal["job.status", "job.metrics", "job.checkpoint", "job.log", "job.warning", "job.error", "job.done"]
+RewardFunction = Literal["gsm8k", "exact_match", "regex", "length_penalty", "data_source"]
+
+FILE_PURPOSE = {"sft": "sft", "reward_model": "preference", "rm_distill": "preference", "ppo": "prompts"}
+"""The dataset purpose each method trains on."""
+
+ModelRef = Annotated[str, Field(min_length=1, max_length=500, description=(
+    "A Keel model id (`model-...`) of this project, a hub id (`org/name`), or an absolute directory "
+    "under one of the deployment's model roots."), examples=["Qwen/Qwen2.5-0.5B-Instruct"])]
+ResourceId = Annotated[str, Field(min_length=1, max_length=64)]
+Override = Annotated[str, Field(min_length=3, max_length=1000, examples=["actor_rollout_ref.actor.ppo_epochs=4"])]
+
+
+class _Method(Strict):
+    overrides: list[Override] = Field(default_factory=list, max_length=MAX_OVERRIDES, description=(
+        "VERL-style dotted overrides (`actor_rollout_ref.actor.ppo_epochs=4`), applied over `hyperparameters` "
+        "(the `actor_rollout_ref.` prefix is dropped; values are JSON or YAML scalars). Always empty in "
+        "responses: `hyperparameters` shows the result."))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_overrides(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not data.get("overrides"):
+            return data
+        overrides, hyperparameters = data["overrides"], data.get("hyperparameters", {})
+        if not (isinstance(overrides, list) and all(isinstance(o, str) for o in overrides)
+                and isinstance(hyperparameters, dict) and len(overrides) <= MAX_OVERRIDES):
+            return data  # the field validators say what is wrong
+        return {**data, "hyperparameters": apply_overrides(hyperparameters, overrides), "overrides": []}
+
+
+class SFTMethod(_Method):
+    """Supervised fine-tuning on `prompt`/`response` rows (file purpose `sft`)."""
+
+    type: Literal["sft"]
+    hyperparameters: SFTConfig = Field(default_factory=SFTConfig)
+
+
+class RewardModelMethod(_Method):
+    """A Bradley-Terry reward model trained on preference pairs (file purpose `preference`)."""
+
+    type: Literal["reward_model"]
+    hyperparameters: RewardModelConfig = Field(default_factory=RewardModelConfig)
+
+
+class RMDistillMethod(_Method):
+    """Distil a teacher reward model into the (smaller, LoRA) `model` on preference pairs."""
+
+    type: Literal["rm_distill"]
+    teacher: ModelRef
+    """The teacher reward model."""
+    hyperparameters: RMDistillConfig = Field(default_factory=RMDistillConfig)
+
+
+class RewardSpec(Strict):
+    """PPO's reward: a reward model, or a rule function for verifiable tasks. Exactly one of the two."""
+
+    model: ModelRef | None = None
+    """A reward model (Keel model id of kind `reward_model`, hub id or directory)."""
+    function: RewardFunction | None = None
+    """A built-in rule reward; `data_source` picks one per row from the dataset's `data_source` column."""
+    options: dict[Annotated[str, Field(max_length=64)], str | int | float | bool] = Field(
+        default_factory=dict, max_length=32)
+    """Keyword options of the rule function (e.g. `{"pattern": "..."}` for `regex`)."""
+
+    @model_validator(mode="after")
+    def _exactly_one(self):
+        if (self.model is None) == (self.function is None):
+            raise ValueError("set exactly one of `model` and `function`")
+        if self.model is not None and self.options:
+            raise ValueError("`options` apply to a reward function only")
+        return self
+
+
+class PPOMethod(_Method):
+    """PPO on prompts (file purpose `prompts`) against a reward model or a rule reward."""
+
+    type: Literal["ppo"]
+    reward: RewardSpec
+    hyperparameters: PPOConfig = Field(default_factory=PPOConfig)
+
+
+JobMethod = Annotated[SFTMethod | RewardModelMethod | RMDistillMethod | PPOMethod, Field(discriminator="type")]
+
+Metadata = Annotated[dict[Annotated[str, Field(min_length=1, max_length=64)], Annotated[str, Field(max_length=512)]],
+                     Field(max_length=16, description="Up to 16 string pairs of your own.",
+                           examples=[{"team": "align"}])]
+
+
+class JobCreate(Strict):
+    """A training job: a base model, a dataset, and a method with its hyperparameters."""
+
+    model: ModelRef
+    """The model to train (or, for `rm_distill`, the student)."""
+    training_file: ResourceId
+    """A file of this project whose purpose fits the method: sft -> `sft`, reward_model and rm_distill ->
+    `preference`, ppo -> `prompts`."""
+    validation_file: ResourceId | None = None
+    """Held-out rows with the same purpose; validation metrics appear as `val/...`."""
+    method: JobMethod
+    seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
+    suffix: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$")] | None = None
+    """Up to 40 characters added to the output model's name."""
+    metadata: Metadata = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources)
+    from_checkpoint: ResourceId | None = None
+    """A checkpoint (of this project, same method) to continue training from."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _method_type(cls, data: Any) -> Any:
+        # Name `method.type` itself when it is missing or unknown (the union alone would say `method`).
+        method = data.get("method") if isinstance(data, dict) else None
+        if isinstance(method, dict) and method.get("type") not in FILE_PURPOSE:
+            raise errors_at("JobCreate", (("method", "type"), method.get("type"),
+                                          f"must be one of {', '.join(FILE_PURPOSE)}"))
+        return data
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "model": "Qwen/Qwen2.5-0.5B-Instruct", "training_file": "file-01jb8x6v0c3n7t9r2m4k5q8w1z",
+        "method": {"type": "reward_model", "hyperparameters": {
+            "data": {"train_batch_size": 16, "max_length": 256}, "optim": {"lr": 1e-4},
+            "trainer": {"total_training_steps": 100, "save_freq": 20, "test_freq": 20}}},
+        "seed": 0, "metadata": {"team": "align"}}]})
+
+
+class JobProgress(BaseModel):
+    step: int | None = None
+    total_steps: int | None = None
+    epoch: float | None = None
+    seconds_remaining: int | None = None
+    """Estimated from the pace so far (running jobs only)."""
+
+
+class JobError(BaseModel):
+    code: str
+    message: str
+    param: str | None = None
+    """The hyperparameter or column at fault, when known."""
+
+
+class JobPublic(BaseModel):
+    """A job as the API shows it."""
+
+    id: str
+    object: Literal["job"] = "job"
+    status: JobStatus
+    method: JobMethod
+    """The method as accepted: every hyperparameter filled in (overrides applied)."""
+    model: str
+    output_model: str | None
+    """The trained model's id, once the job succeeded."""
+    training_file: str
+    validation_file: str | None
+    seed: int
+    suffix: str | None
+    resources: Resources
+    from_checkpoint: str | None
+    created_at: int
+    """Unix seconds."""
+    started_at: int | None
+    finished_at: int | None
+    progress: JobProgress
+    queue_position: int | None
+    """Queued jobs: 1-based position among this project's queued jobs, oldest first; else null."""
+    latest_metrics: dict[str, float]
+    error: JobError | None
+    metadata: dict[str, str]
+    attempts: int
+    """How many times a worker started the job (more than 1 after a lost worker)."""
+
+
+class JobsPublic(Page[JobPublic]):
+    pass
+
+
+class JobEventPublic(BaseModel):
+    """One entry of a job's event log. `seq` counts from 1 without gaps."""
+
+    object: Literal["job.event"] = "job.event"
+    seq: int
+    type: EventType
+    data: dict[str, Any]
+    """job.status `{status}`; job.metrics `{step, values, total_steps, epoch}`; job.checkpoint
+    `{checkpoint_id, step, metrics}`; job.log `{message}`; job.warning `{code, message, data}`;
+    job.error `{code, message}`; job.done `{status}`."""
+    created_at: int
+    """Unix seconds."""
+
+
+class JobEventsPublic(BaseModel):
+    """Events oldest first; pass `last_seq` as `after` for the next page."""
+
+    object: Literal["list"] = "list"
+    data: list[JobEventPublic]
+    has_more: bool
+    last_seq: int | None
+
+
+class MetricSeries(BaseModel):
+    name: str
+    """VERL's namespaced name, e.g. `actor/pg_loss`."""
+    steps: list[int]
+    values: list[float]
+    points: int
+    """Points before downsampling (`len(steps)` when none was needed)."""
+
+
+class JobMetricsPublic(BaseModel):
+    """Time series per metric name from the job's `job.metrics` events."""
+
+    object: Literal["job.metrics"] = "job.metrics"
+    job_id: str
+    data: list[MetricSeries]
+
+
+class CheckpointPublic(BaseModel):
+    id: str
+    object: Literal["checkpoint"] = "checkpoint"
+    job_id: str
+    step: int
+    metrics: dict[str, float]
+    bytes: int
+    created_at: int
+
+
+class CheckpointsPublic(Page[CheckpointPublic]):
+    pass
+
+
+class ModelPublic(BaseModel):
+    """A trained model; usable as `model`, `method.teacher` or `method.reward.model` of later jobs."""
+
+    id: str
+    object: Literal["model"] = "model"
+    name: str
+    kind: Literal["policy", "reward_model", "value_model"]
+    format: Literal["hf", "lora"]
+    base_model: str
+    job_id: str | None
+    created_at: int
+
+
+class ModelsPublic(Page[ModelPublic]):
+    pass
