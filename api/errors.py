@@ -109,7 +109,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unhandled(request: Request, exc: Exception):
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return problem_response(request, 500, "internal_error", "An internal error occurred.")
+        # This handler runs outside the request-id middleware, so the header is set here.
+        rid = getattr(request.state, "request_id", None)
+        return problem_response(request, 500, "internal_error", "An internal error occurred.",
+                                headers={"X-Request-ID": rid} if rid else None)
 
 
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

@@ -5,7 +5,19 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -55,7 +67,11 @@ class ApiKey(Base):
 
 class File(Base):
     __tablename__ = "file"
-    __table_args__ = (UniqueConstraint("project_id", "purpose", "sha256", name="uq_file_project_purpose_sha256"),)
+    __table_args__ = (
+        # One live copy of the same bytes per project and purpose; deleting a file frees its slot.
+        Index("uq_file_project_purpose_sha256", "project_id", "purpose", "sha256", unique=True,
+              postgresql_where=text("deleted_at IS NULL"), sqlite_where=text("deleted_at IS NULL")),
+    )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("file"))
     project_id: Mapped[str] = mapped_column(ForeignKey("project.id", ondelete="CASCADE"), index=True)
@@ -72,6 +88,8 @@ class File(Base):
     storage_key: Mapped[str] = mapped_column(String(255))
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    deleted_at: Mapped[datetime | None] = mapped_column(default=None)
+    """Set by DELETE: the bytes go, the row stays (finished jobs still reference it) but is never served."""
 
 
 class Job(Base):

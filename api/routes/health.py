@@ -13,7 +13,7 @@ from workers.dispatch import broker_reachable
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", summary="Liveness")
+@router.get("/healthz", summary="Liveness", responses=problem_responses(500))
 def healthz() -> dict[str, str]:
     """The process is alive."""
     return {"status": "ok"}

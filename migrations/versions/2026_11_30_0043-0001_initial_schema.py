@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises: 
-Create Date: 2026-11-30 00:36:37.578138
+Create Date: 2026-11-30 00:43:27.454967
 """
 from __future__ import annotations
 
@@ -51,11 +51,12 @@ def upgrade() -> None:
     sa.Column('storage_key', sa.String(length=255), nullable=False),
     sa.Column('metadata', sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), 'postgresql'), nullable=False),
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
+    sa.Column('deleted_at', sa.DateTime(timezone=True), nullable=True),
     sa.ForeignKeyConstraint(['project_id'], ['project.id'], name=op.f('fk_file_project_id_project'), ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_file')),
-    sa.UniqueConstraint('project_id', 'purpose', 'sha256', name='uq_file_project_purpose_sha256')
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_file'))
     )
     op.create_index(op.f('ix_file_project_id'), 'file', ['project_id'], unique=False)
+    op.create_index('uq_file_project_purpose_sha256', 'file', ['project_id', 'purpose', 'sha256'], unique=True, postgresql_where=sa.text('deleted_at IS NULL'), sqlite_where=sa.text('deleted_at IS NULL'))
     op.create_table('idempotency_key',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
     sa.Column('project_id', sa.String(length=40), nullable=False),
@@ -163,6 +164,7 @@ def downgrade() -> None:
     op.drop_table('job')
     op.drop_index(op.f('ix_idempotency_key_created_at'), table_name='idempotency_key')
     op.drop_table('idempotency_key')
+    op.drop_index('uq_file_project_purpose_sha256', table_name='file', postgresql_where=sa.text('deleted_at IS NULL'), sqlite_where=sa.text('deleted_at IS NULL'))
     op.drop_index(op.f('ix_file_project_id'), table_name='file')
     op.drop_table('file')
     op.drop_index(op.f('ix_api_key_project_id'), table_name='api_key')
