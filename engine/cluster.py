@@ -19,5 +19,6 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> None:
     if address:
         ray.init(address=address, namespace="keel", log_to_driver=False)
     else:
-        ray.init(num_cpus=num_cpus or os.cpu_count() or 2, include_dashboard=False,
+        # address="local": always a private cluster, never one that happens to run on this machine.
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 2, include_dashboard=False,
                  _node_ip_address="127.0.0.1", namespace="keel", log_to_driver=False)

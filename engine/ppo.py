@@ -1,0 +1,609 @@
+"""PPO with Actor / Critic / Reference / Reward roles: the single-controller driver loop.
+
+One iteration reads like the algorithm (VERL's `ray_trainer.fit`, trimmed)::
+
+    snapshot (last good state) -> generate (rollout.n samples per prompt) -> old log-probs
+    -> ref log-probs -> values -> rewards                     [one phase: submitted together]
+    -> KL in reward -> advantages (GAE or GRPO)               [driver]
+    -> critic update + actor update (after critic_warmup)     [one phase]
+    -> guardrails -> validation -> metrics -> checkpoint
+
+Each phase submits work to every role and gathers once (`ray.get` with the step's remaining time:
+the step watchdog); the generated batch travels from the actor to the other roles by object
+reference. `reporter.should_stop()` is checked between phases.
+
+Guardrails (`config.guardrails`): after every update, `guardrails/kl` (the k3 estimate of
+KL(pi_new || pi_ref) on the step's samples) above `rollback_kl`, or a NaN/inf reward, loss or
+gradient, restores the state at the start of the step (actor, critic, both optimizers and LR
+schedules, KL controller, data position) from an in-memory snapshot, halves the actor LR
+(`rollback_lr_factor`), tightens `clip_ratio` to `rollback_clip_ratio`, reports a `rollback`
+warning and retries the step; after `max_rollbacks` rollbacks the next one raises `Diverged`.
+A rolled-back step never reported metrics, so step numbers are never repeated. KL above
+`warn_kl` reports `kl_high`. At the end, `val/overfit_gap` = training reward (mean over the last
+epoch's steps) - `val/reward/mean`, with an `overfit` warning above 0.05.
+
+Resume: checkpoints (`step_<N>`, atomic) hold the actor and critic (weights, optimizers, LR
+schedules) and the loop state (step, data position, KL controller, mitigations, reward history);
+sampling uses counter-based seeds per (job seed, batch, row), so a resumed job continues exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from engine.algos import (
+    AdaptiveKLController,
+    FixedKLController,
+    apply_kl_in_reward,
+    compute_gae,
+    compute_grpo_advantages,
+    explained_variance,
+    kl_penalty,
+    masked_mean,
+    masked_var,
+)
+from engine.checkpoint import COMPLETE, CheckpointError, atomic_dir, is_complete, step_dir
+from engine.cluster import connect
+from engine.config import JobRequest, JobResult, PPOConfig
+from engine.data import PromptExample, load_rows, tokenize_prompts
+from engine.errors import Cancelled, ConfigError, DataError, Diverged, StepTimeout
+from engine.guardrails import ReplayBuffer, Verdict, judge_step, overfit_gap, reward_filter_mask
+from engine.models import load_tokenizer
+from engine.reporting import Reporter
+from engine.rewards import PER_ROW, resolve_rule_rewards
+from engine.roles.base import MetricSums
+from engine.roles.batch import build_batch, concat, select, shard_rows
+from engine.rollout import row_seed, vllm_available
+
+STARTUP_TIMEOUT_S = 900.0
+"""Reserving resources and loading every role's model (not a training step: no step watchdog)."""
+VAL_STREAM = 0x7FFF_FFFF
+"""Batch number used in validation row seeds (training batches count from 0)."""
+
+
+def run_ppo(request: JobRequest, reporter: Reporter) -> JobResult:
+    """Train a policy with PPO; see the module docstring. Returns the policy in `request.output_dir`."""
+    return PPOTrainer(request, reporter).fit()
+
+
+class PPOTrainer:
+    """The driver: owns the roles, the data position, the KL controller and the guardrails.
+
+    `fault_hook(trainer, step)`, if set, runs just before each step's update phase (tests inject
+    faults through it, e.g. `trainer.roles["actor"]` workers' `apply`).
+    """
+
+    fault_hook: Callable[[PPOTrainer, int], None] | None = None
+
+    def __init__(self, request: JobRequest, reporter: Reporter) -> None:
+        if not isinstance(request.config, PPOConfig):
+            raise ConfigError("run_ppo needs a PPOConfig", param="config")
+        self.request, self.reporter, self.cfg = request, reporter, request.config
+        cfg = self.cfg
+        algo = cfg.algorithm
+        self.use_critic = algo.adv_estimator == "gae"
+        self.lora = bool(cfg.model.lora_rank) or bool(cfg.model.lora_adapter_path)
+        self.num_workers = request.resources.num_workers
+        self.num_mini_batches = max(1, cfg.data.train_batch_size // cfg.actor.ppo_mini_batch_size)
+        critic_mini = cfg.critic.ppo_mini_batch_size or cfg.actor.ppo_mini_batch_size
+        self.num_critic_mini_batches = max(1, cfg.data.train_batch_size // critic_mini)
+        if min(cfg.actor.ppo_mini_batch_size, critic_mini) * cfg.rollout.n < self.num_workers:
+            raise ConfigError("each mini-batch needs at least one sample per worker: "
+                              "ppo_mini_batch_size * rollout.n >= resources.num_workers",
+                              param="actor.ppo_mini_batch_size")
+        ctrl = algo.kl_ctrl
+        self.kl_ctrl: AdaptiveKLController | FixedKLController = (
+            AdaptiveKLController(ctrl.kl_coef, ctrl.target_kl, ctrl.horizon) if ctrl.type == "adaptive"
+            else FixedKLController(ctrl.kl_coef))
+        self.replay = ReplayBuffer(cfg.guardrails.reward_filter.replay_buffer_size
+                                   if cfg.guardrails.reward_filter.enable else 0)
+        self.step = 0
+        self.consumed = 0
+        self.rollbacks = 0
+        self.rollback_history: list[dict[str, Any]] = []
+        self.lr_scale = 1.0
+        self.clip_ratio: float | None = None
+        self.train_scores: list[float] = []
+        self.final_metrics: dict[str, float] = {}
+        self.roles: Any = None
+        self._perms: dict[int, list[int]] = {}
+
+    # --- setup ---------------------------------------------------------------------------------
+
+    def _load_data(self) -> None:
+        cfg, req = self.cfg, self.request
+        tokenizer = load_tokenizer(req.model_path)
+        self.pad_id = tokenizer.pad_token_id
+        rows = load_rows(req.training_file, "prompts")
+        self.train = tokenize_prompts(rows, tokenizer, cfg.data.max_prompt_length, cfg.data.truncation)
+        self.val: list[PromptExample] = []
+        if req.validation_file:
+            val_rows = load_rows(req.validation_file, "prompts")
+            self.val = tokenize_prompts(val_rows, tokenizer, cfg.data.max_prompt_length, cfg.data.truncation)
+        self.steps_per_epoch = len(self.train) // cfg.data.train_batch_size
+        if self.steps_per_epoch == 0:
+            raise DataError(f"the training file has {len(self.train)} prompts, fewer than "
+                            f"data.train_batch_size={cfg.data.train_batch_size}", param="data.train_batch_size")
+        self.total_steps = cfg.trainer.total_training_steps or cfg.trainer.total_epochs * self.steps_per_epoch
+
+    def _reward_kwargs(self) -> dict[str, Any]:
+        spec = dict(self.request.reward or {})
+        if spec.get("model_path"):
+            return {"model_path": spec["model_path"]}
+        sources = [p.data_source for p in self.train + self.val]
+        functions = resolve_rule_rewards(spec, sources)
+        name = spec.get("function") or PER_ROW
+        return {"functions": functions, "function": None if name == PER_ROW else name,
+                "options": dict(spec.get("options") or {})}
+
+    def _rollout_backend(self) -> str:
+        name = self.cfg.rollout.name
+        if name == "vllm" and not (vllm_available() and self.request.resources.gpus_per_worker > 0):
+            self.reporter.warning("rollout_fallback", "rollout.name='vllm' needs the gpu extra and a GPU; "
+                                  "sampling with the hf backend instead", {"requested": "vllm"})
+            return "hf"
+        return name
+
+    def _start_roles(self) -> None:
+        from engine.roles.actor import ActorRollout
+        from engine.roles.critic import Critic
+        from engine.roles.reference import Reference
+        from engine.roles.remote import RoleCluster, RoleSpec
+        from engine.roles.reward import Reward
+
+        cfg, req, w = self.cfg, self.request, self.num_workers
+        common = {"seed": req.seed}
+        reward = self._reward_kwargs()
+        specs = [RoleSpec("actor", ActorRollout, (cfg, req.model_path),
+                          {"total_steps": self.total_steps, "rollout": self._rollout_backend(), **common},
+                          num_workers=w, data_parallel=True)]
+        if self.use_critic:
+            specs.append(RoleSpec("critic", Critic, (cfg, req.model_path),
+                                  {"total_steps": self.total_steps, **common}, num_workers=w, data_parallel=True))
+        if not self.lora:
+            specs.append(RoleSpec("ref", Reference, (cfg, req.model_path), common, num_workers=w))
+        is_model = "model_path" in reward
+        specs.append(RoleSpec("reward", Reward, (cfg,), {"tokenizer_path": req.model_path, **reward, **common},
+                              num_workers=w if is_model else 1, uses_gpu=is_model))
+        self.roles = RoleCluster(specs, req.resources, startup_timeout_s=STARTUP_TIMEOUT_S)
+
+    # --- loop state ----------------------------------------------------------------------------
+
+    def _state(self) -> dict[str, Any]:
+        return {"step": self.step, "consumed": self.consumed, "kl_ctrl": self.kl_ctrl.state_dict(),
+                "rollbacks": self.rollbacks, "rollback_history": list(self.rollback_history),
+                "lr_scale": self.lr_scale, "clip_ratio": self.clip_ratio,
+                "train_scores": list(self.train_scores), "replay": self.replay.state_dict(),
+                "seed": self.request.seed}
+
+    def _restore_progress(self, state: dict[str, Any]) -> None:
+        """The part of the loop state a rollback rewinds (mitigations and rollback counts persist)."""
+        self.step, self.consumed = int(state["step"]), int(state["consumed"])
+        self.kl_ctrl.load_state_dict(state["kl_ctrl"])
+        self.train_scores = list(state["train_scores"])
+        self.replay.load_state_dict(state["replay"])
+
+    def _resume(self) -> None:
+        path = self.request.resume_from
+        if not path:
+            return
+        refs = self.roles["actor"].submit_all("load_checkpoint", os.path.join(path, "actor"))
+        if self.use_critic:
+            refs += self.roles["critic"].submit_all("load_checkpoint", os.path.join(path, "critic"))
+        state = self._gather({"load": refs}, time.perf_counter() + self.cfg.guardrails.step_timeout_s,
+                             "resume")["load"][0]["trainer"]
+        self._restore_progress(state)
+        self.rollbacks = int(state["rollbacks"])
+        self.rollback_history = list(state.get("rollback_history", []))
+        self.lr_scale, self.clip_ratio = float(state["lr_scale"]), state["clip_ratio"]
+        if self.clip_ratio is not None:
+            self._gather({"clip": self.roles["actor"].submit_all("set_clip_ratio", self.clip_ratio)},
+                         time.perf_counter() + 60, "resume")
+        self.reporter.log(f"resumed from {path} after step {self.step}")
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def _check_stop(self) -> None:
+        if self.reporter.should_stop():
+            raise Cancelled(f"cancelled after step {self.step}", data={"step": self.step})
+
+    def _gather(self, refs: dict[str, list[Any]], deadline: float, phase: str) -> dict[str, list[Any]]:
+        """One `ray.get` for every ref of a phase, bounded by the step's deadline."""
+        import ray
+
+        from engine.roles.remote import get
+
+        keys = [(k, len(v)) for k, v in refs.items()]
+        flat = [r for v in refs.values() for r in v]
+        try:
+            values = get(flat, timeout=max(0.0, deadline - time.perf_counter()))
+        except ray.exceptions.GetTimeoutError:
+            timeout = self.cfg.guardrails.step_timeout_s
+            raise StepTimeout(f"step {self.step + 1} ran past step_timeout_s={timeout:g} ({phase})",
+                              data={"step": self.step + 1, "phase": phase, "timeout_s": timeout}) from None
+        out, i = {}, 0
+        for key, n in keys:
+            out[key], i = values[i:i + n], i + n
+        return out
+
+    def _prompts(self, index: int) -> tuple[int, list[PromptExample]]:
+        """(0-based epoch, prompts) of training batch `index` (a fresh shuffle per epoch)."""
+        epoch, pos = divmod(index, self.steps_per_epoch)
+        if epoch not in self._perms:
+            n = len(self.train)
+            perm = (torch.randperm(n, generator=torch.Generator().manual_seed(self.request.seed + epoch)).tolist()
+                    if self.cfg.data.shuffle else list(range(n)))
+            self._perms = {epoch: perm}
+        bs = self.cfg.data.train_batch_size
+        return epoch, [self.train[i] for i in self._perms[epoch][pos * bs:(pos + 1) * bs]]
+
+    @staticmethod
+    def _meta(p: PromptExample) -> dict[str, Any]:
+        return {"ground_truth": p.ground_truth, "data_source": p.data_source, "prompt": p.text}
+
+    def _submit_rollout(self, prompts: list[list[int]], seeds: list[int], meta: list[dict[str, Any]], *,
+                        validate: bool, extra_batch: dict[str, torch.Tensor] | None = None,
+                        ) -> tuple[dict[str, list[Any]], list[int]]:
+        """Submit generation and everything that depends only on it, for every worker.
+
+        Returns the refs by kind and the row order of the shards (results concatenate in it).
+        """
+        roles = self.roles
+        shards, _ = shard_rows(len(prompts), 1 if validate else self.num_mini_batches, self.num_workers)
+        refs: dict[str, list[Any]] = {k: [] for k in ("batch", "gen", "old", "ref", "values", "scores")}
+        ref_role = roles["actor"] if self.lora else roles["ref"]
+        for w, rows in enumerate(shards):
+            if not rows:
+                continue
+            batch, seconds = roles["actor"].submit(w, "generate", [prompts[i] for i in rows],
+                                                   [seeds[i] for i in rows], validate, num_returns=2)
+            refs["batch"].append(batch)
+            refs["gen"].append(seconds)
+            refs["scores"].append(roles["reward"].submit(w, "compute_scores", batch, [meta[i] for i in rows]))
+            if validate:
+                continue
+            refs["old"].append(roles["actor"].submit(w, "compute_log_prob", batch))
+            refs["ref"].append(ref_role.submit(w, "compute_ref_log_prob", batch))
+            if self.use_critic:
+                refs["values"].append(roles["critic"].submit(w, "compute_values", batch))
+        if extra_batch is not None:  # replayed samples: fresh log-probs and values, stored scores
+            refs["extra_old"] = [roles["actor"].submit(0, "compute_log_prob", extra_batch)]
+            refs["extra_ref"] = [ref_role.submit(0, "compute_ref_log_prob", extra_batch)]
+            if self.use_critic:
+                refs["extra_values"] = [roles["critic"].submit(0, "compute_values", extra_batch)]
+        return refs, [r for rows in shards for r in rows]
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def fit(self) -> JobResult:
+        resume = self.request.resume_from
+        if resume and not (is_complete(resume) and is_complete(os.path.join(resume, "actor"))):
+            raise CheckpointError(f"{resume} is not a complete PPO checkpoint", param="resume_from")
+        connect(self.request.ray_address)
+        self._load_data()
+        self.reporter.log(f"PPO: {self.total_steps} steps of {self.cfg.data.train_batch_size} prompts x "
+                          f"{self.cfg.rollout.n} samples, {self.num_workers} worker(s), "
+                          f"{'GAE' if self.use_critic else 'GRPO'}{', LoRA' if self.lora else ''}")
+        self._start_roles()
+        try:
+            self._resume()
+            while self.consumed < self.total_steps:
+                self._check_stop()
+                self._train_step()
+            if not self.final_metrics:  # resumed after the last step: report the final validation only
+                self.final_metrics = self._validate(time.perf_counter() + self.cfg.guardrails.step_timeout_s)
+            fmt = self._gather({"save": [self.roles["actor"].submit(0, "save_model", self.request.output_dir)]},
+                               time.perf_counter() + self.cfg.guardrails.step_timeout_s, "save_model")["save"][0]
+            return JobResult(output_dir=self.request.output_dir, model_format=fmt, model_kind="policy",
+                             metrics=dict(self.final_metrics))
+        finally:
+            self.roles.shutdown()
+
+    def _train_step(self) -> None:
+        """One PPO iteration; on a guardrail trip it rolls back instead and the loop retries the step."""
+        cfg = self.cfg
+        step_start = time.perf_counter()
+        deadline = step_start + cfg.guardrails.step_timeout_s
+        start_state = self._state()
+        step = self.step + 1
+        epoch, prompts = self._prompts(self.consumed)
+
+        rollout = self._rollout_phase(prompts, deadline)
+        self._check_stop()
+        scores = rollout["scores"]
+        if not torch.isfinite(scores).all():
+            bad = int((~torch.isfinite(scores)).sum())
+            self._rollback(step, Verdict("rollback", f"non-finite reward in {bad} samples",
+                                         {"nonfinite": ["reward"], "rows": bad}), start_state)
+            return
+        adv = self._advantages(rollout)
+
+        self._check_stop()
+        if self.fault_hook is not None:
+            self.fault_hook(self, step)
+        updates, new_log_probs = self._update_phase(step, rollout, adv, deadline)
+
+        mask = rollout["batch"]["response_mask"]
+        guard_kl = float(masked_mean(kl_penalty(new_log_probs, rollout["ref"], "low_var_kl"), mask, dim=-1).mean())
+        nonfinite = [role for role in ("actor", "critic") if any(u["nonfinite"] for u in updates[role])]
+        verdict = judge_step(guard_kl, nonfinite, cfg.guardrails)
+        if verdict.action == "rollback":
+            self._rollback(step, verdict, start_state)
+            return
+        if verdict.action == "warn":
+            self.reporter.warning("kl_high", f"step {step}: {verdict.reason}", {"step": step, **verdict.evidence})
+
+        metrics = self._step_metrics(rollout, adv, updates, guard_kl)
+        self.step, self.consumed = step, self.consumed + 1
+        self.train_scores.append(metrics["critic/score/mean"])
+        last = self.consumed >= self.total_steps
+        test_freq = cfg.trainer.test_freq
+        if self.val and (last or (test_freq > 0 and step % test_freq == 0)):
+            metrics.update(self._validate(deadline))
+        if last:
+            metrics.update(self._overfit(metrics))
+        step_time = time.perf_counter() - step_start
+        metrics["timing_s/step"] = step_time
+        metrics["perf/throughput"] = metrics["perf/total_num_tokens"] / step_time / self.num_workers
+        metrics["training/epoch"] = float(epoch + 1)
+        self.reporter.metrics(step, metrics, total_steps=self.total_steps, epoch=epoch + 1)
+        self.final_metrics = metrics
+
+        save_freq = cfg.trainer.save_freq
+        if last or (save_freq > 0 and step % save_freq == 0):
+            self._save_checkpoint(step, metrics, deadline)
+
+    def _rollout_phase(self, prompts: list[PromptExample], deadline: float) -> dict[str, Any]:
+        """Snapshot the last good state, then generate `rollout.n` samples per prompt and compute
+        old log-probs, reference log-probs, values and scores: one submission, one gather.
+
+        Returns the batch in row order (prompt-major) with `old`, `ref`, `values` (None for GRPO),
+        `scores`, `uids` (prompt index per row), `new_rows` (rows sampled now; replayed rows follow),
+        `replayed` and the workers' timings.
+        """
+        cfg, roles = self.cfg, self.roles
+        trained = [roles["actor"]] + ([roles["critic"]] if self.use_critic else [])
+        snapshots = [r for g in trained for r in g.submit_all("snapshot")]
+        rows = [p for p in prompts for _ in range(cfg.rollout.n)]
+        uids = [i for i in range(len(prompts)) for _ in range(cfg.rollout.n)]
+        seeds = [row_seed(self.request.seed, self.consumed, i) for i in range(len(rows))]
+        replayed = self.replay.take()
+        extra = build_batch([r["prompt"] for r in replayed], [r["response"] for r in replayed],
+                            prompt_width=cfg.data.max_prompt_length, response_width=cfg.data.max_response_length,
+                            pad_id=self.pad_id) if replayed else None
+        refs, order = self._submit_rollout([p.prompt_ids for p in rows], seeds, [self._meta(p) for p in rows],
+                                           validate=False, extra_batch=extra)
+        out = self._gather({**refs, "snapshot": snapshots}, deadline, "rollout")
+
+        inverse = torch.empty(len(order), dtype=torch.long)
+        inverse[torch.tensor(order)] = torch.arange(len(order))
+        result: dict[str, Any] = {
+            "batch": select(concat(out["batch"]), inverse),
+            "old": torch.cat([o["log_probs"] for o in out["old"]])[inverse],
+            "ref": torch.cat([o["log_probs"] for o in out["ref"]])[inverse],
+            "values": torch.cat([o["values"] for o in out["values"]])[inverse] if self.use_critic else None,
+            "scores": torch.cat([o["scores"] for o in out["scores"]])[inverse],
+            "uids": uids, "prompts": rows, "new_rows": len(rows), "replayed": len(replayed),
+            "timing": {
+                "timing_s/gen": max(out["gen"]),
+                "timing_s/old_log_prob": max(o["time_s"] for o in out["old"]),
+                "timing_s/ref": max(o["time_s"] for o in out["ref"]),
+                "timing_s/reward": max(o["time_s"] for o in out["scores"]),
+                **({"timing_s/values": max(o["time_s"] for o in out["values"])} if self.use_critic else {}),
+            },
+        }
+        if replayed:  # replayed rows: fresh log-probs and values, the scores they earned
+            result["batch"] = concat([result["batch"], extra])
+            result["old"] = torch.cat([result["old"], out["extra_old"][0]["log_probs"]])
+            result["ref"] = torch.cat([result["ref"], out["extra_ref"][0]["log_probs"]])
+            result["scores"] = torch.cat([result["scores"], torch.tensor([r["score"] for r in replayed])])
+            if self.use_critic:
+                result["values"] = torch.cat([result["values"], out["extra_values"][0]["values"]])
+            result["uids"] = uids + [-1 - j for j in range(len(replayed))]
+        return result
+
+    def _advantages(self, rollout: dict[str, Any]) -> dict[str, Any]:
+        """Scores on the last response token, PF-PPO filtering, the KL penalty in the reward (and the
+        KL controller update), then GAE or GRPO advantages."""
+        cfg = self.cfg
+        start = time.perf_counter()
+        batch, scores, values = rollout["batch"], rollout["scores"], rollout["values"]
+        mask = batch["response_mask"]
+        lengths = mask.sum(-1)
+        token_scores = torch.zeros(mask.shape, dtype=torch.float32)
+        token_scores[torch.arange(len(scores)), (lengths - 1).clamp(min=0)] = scores
+        new_rows = rollout["new_rows"]
+        keep = torch.ones(len(scores), dtype=torch.bool)
+        rf = cfg.guardrails.reward_filter
+        if rf.enable:
+            keep[:new_rows] = reward_filter_mask(scores[:new_rows], rf.drop_middle_quantile)
+        loss_mask = mask * keep[:, None]
+        kl = kl_penalty(rollout["old"], rollout["ref"], cfg.algorithm.kl_penalty)
+        current_kl = float(masked_mean(kl, mask, dim=-1).mean())
+        beta = self.kl_ctrl.value
+        if cfg.algorithm.use_kl_in_reward:
+            rewards = apply_kl_in_reward(token_scores, kl, beta, mask)
+            self.kl_ctrl.update(current_kl, n_steps=len(scores))
+        else:
+            rewards = token_scores
+        if self.use_critic:
+            advantages, returns = compute_gae(rewards, values, loss_mask, cfg.algorithm.gamma, cfg.algorithm.lam)
+            raw_advantages = returns - values
+        else:
+            advantages, returns = compute_grpo_advantages(rewards, mask, rollout["uids"],
+                                                          norm_by_std=cfg.algorithm.norm_adv_by_std_in_grpo)
+            advantages, returns = advantages * keep[:, None], returns * keep[:, None]
+            raw_advantages = advantages
+        if rf.enable and rf.replay_buffer_size:
+            self.replay.push([{"prompt": rollout["prompts"][i].prompt_ids,
+                               "response": batch["responses"][i, :int(lengths[i])].tolist(),
+                               "score": float(scores[i])} for i in range(new_rows) if keep[i]])
+        return {"rewards": rewards, "advantages": advantages, "returns": returns, "raw_advantages": raw_advantages,
+                "keep": keep, "loss_mask": loss_mask, "current_kl": current_kl, "beta": beta,
+                "seconds": time.perf_counter() - start}
+
+    def _update_phase(self, step: int, rollout: dict[str, Any], adv: dict[str, Any],
+                      deadline: float) -> tuple[dict[str, list[Any]], torch.Tensor]:
+        """Critic and actor updates, submitted together (the actor only after `critic_warmup`).
+
+        Returns the workers' results and the updated policy's log-probs of the batch (the rollout
+        log-probs when the actor did not update).
+        """
+        roles, old = self.roles, rollout["old"]
+        train = dict(rollout["batch"], response_mask=adv["loss_mask"], old_log_probs=old,
+                     ref_log_probs=rollout["ref"], advantages=adv["advantages"], returns=adv["returns"])
+        if self.use_critic:
+            train["values"] = rollout["values"]
+        n = len(old)
+        refs: dict[str, list[Any]] = {"actor": [], "critic": []}
+        if self.use_critic:
+            c_rows, c_sizes = shard_rows(n, self.num_critic_mini_batches, self.num_workers)
+            refs["critic"] = [roles["critic"].submit(w, "update_critic", select(train, r), s)
+                              for w, (r, s) in enumerate(zip(c_rows, c_sizes))]
+        a_rows, a_sizes = shard_rows(n, self.num_mini_batches, self.num_workers)
+        if step > self.cfg.trainer.critic_warmup:
+            refs["actor"] = [roles["actor"].submit(w, "update_actor", select(train, r), s)
+                             for w, (r, s) in enumerate(zip(a_rows, a_sizes))]
+        updates = self._gather(refs, deadline, "update")
+        if not updates["actor"]:
+            return updates, old
+        new_log_probs = torch.empty_like(old)
+        for r, result in zip(a_rows, updates["actor"]):
+            new_log_probs[torch.tensor(r)] = result["log_probs"]
+        return updates, new_log_probs
+
+    def _step_metrics(self, rollout: dict[str, Any], adv: dict[str, Any], updates: dict[str, list[Any]],
+                      guard_kl: float) -> dict[str, float]:
+        """The step's metrics, VERL names (see docs/engine-contract.md)."""
+        cfg = self.cfg
+        sums = MetricSums()
+        for role in ("actor", "critic"):
+            for result in updates[role]:
+                sums.merge(result["metrics"])
+        metrics = sums.means()
+        batch, scores, loss_mask = rollout["batch"], rollout["scores"], adv["loss_mask"]
+        new = slice(0, rollout["new_rows"])
+        lengths = batch["response_mask"].sum(-1)
+        resp_len = lengths[new].float()
+        metrics.update({
+            "critic/score/mean": float(scores[new].mean()),
+            "critic/score/max": float(scores[new].max()),
+            "critic/score/min": float(scores[new].min()),
+            "critic/rewards/mean": float((adv["rewards"] * batch["response_mask"]).sum(-1)[new].mean()),
+            "critic/advantages/mean": float(masked_mean(adv["advantages"], loss_mask)),
+            "critic/advantages/var": _safe_var(adv["raw_advantages"], loss_mask),
+            "critic/returns/mean": float(masked_mean(adv["returns"], loss_mask)),
+            "actor/reward_kl_penalty": adv["current_kl"],
+            "actor/reward_kl_penalty_coeff": float(adv["beta"]),
+            "guardrails/kl": guard_kl,
+            "guardrails/rollbacks": float(self.rollbacks),
+            "response_length/mean": float(resp_len.mean()),
+            "response_length/max": float(resp_len.max()),
+            "response_length/min": float(resp_len.min()),
+            "response_length/clip_ratio": float((resp_len >= cfg.data.max_response_length).float().mean()),
+            "prompt_length/mean": float(batch["prompt_lens"][new].float().mean()),
+            "perf/total_num_tokens": float(lengths.sum() + batch["prompt_lens"].sum()),
+            **rollout["timing"],
+            "timing_s/adv": adv["seconds"],
+        })
+        if self.use_critic:
+            metrics["critic/values/mean"] = float(masked_mean(rollout["values"], loss_mask))
+            metrics["critic/vf_explained_var"] = explained_variance(rollout["values"], adv["returns"], loss_mask)
+            metrics["timing_s/update_critic"] = max(u["time_s"] for u in updates["critic"])
+        if updates["actor"]:
+            metrics["timing_s/update_actor"] = max(u["time_s"] for u in updates["actor"])
+        if cfg.guardrails.reward_filter.enable:
+            metrics["reward_filter/kept_ratio"] = float(adv["keep"][new].float().mean())
+            metrics["reward_filter/replayed"] = float(rollout["replayed"])
+        return metrics
+
+    def _validate(self, deadline: float) -> dict[str, float]:
+        """Greedy (`rollout.val_temperature`) responses to the validation prompts, scored."""
+        if not self.val:
+            return {}
+        start = time.perf_counter()
+        size = self.cfg.data.val_batch_size or len(self.val)
+        refs: dict[str, list[Any]] = {"scores": []}
+        orders = []
+        for lo in range(0, len(self.val), size):
+            chunk = self.val[lo:lo + size]
+            seeds = [row_seed(self.request.seed, VAL_STREAM, lo + i) for i in range(len(chunk))]
+            chunk_refs, order = self._submit_rollout([p.prompt_ids for p in chunk], seeds,
+                                                     [self._meta(p) for p in chunk], validate=True)
+            orders.append([lo + i for i in order])
+            refs["scores"] += chunk_refs["scores"]
+        out = self._gather(refs, deadline, "validation")
+        scores = torch.cat([o["scores"] for o in out["scores"]])
+        order = torch.tensor([i for o in orders for i in o])
+        by_row = torch.empty_like(scores)
+        by_row[order] = scores
+        metrics = {"val/reward/mean": float(by_row.mean()), "timing_s/testing": time.perf_counter() - start}
+        sources = sorted({p.data_source for p in self.val if p.data_source})
+        if len(sources) > 1:
+            for source in sources:
+                idx = [i for i, p in enumerate(self.val) if p.data_source == source]
+                metrics[f"val/reward/{source}"] = float(by_row[idx].mean())
+        return metrics
+
+    def _overfit(self, metrics: dict[str, float]) -> dict[str, float]:
+        if "val/reward/mean" not in metrics or not self.train_scores:
+            return {}
+        recent = self.train_scores[-self.steps_per_epoch:]
+        train_reward = sum(recent) / len(recent)
+        gap, overfit = overfit_gap(train_reward, metrics["val/reward/mean"])
+        if overfit:
+            self.reporter.warning("overfit", f"validation reward trails training reward by {gap:.3f} (> 0.05)",
+                                  {"train_reward": train_reward, "val_reward": metrics["val/reward/mean"],
+                                   "gap": gap})
+        return {"val/overfit_gap": gap, "train/reward/mean": train_reward}
+
+    def _save_checkpoint(self, step: int, metrics: dict[str, float], deadline: float) -> None:
+        start = time.perf_counter()
+        final = step_dir(self.request.checkpoint_dir, step)
+        with atomic_dir(final) as tmp:
+            refs = [self.roles["actor"].submit(0, "save_checkpoint", os.path.join(tmp, "actor"),
+                                               {"trainer": self._state()})]
+            if self.use_critic:
+                refs.append(self.roles["critic"].submit(0, "save_checkpoint", os.path.join(tmp, "critic")))
+            self._gather({"save": refs}, deadline, "checkpoint")
+            for role in ("actor", "critic") if self.use_critic else ("actor",):
+                # Each role's part is a complete checkpoint of its own (`load_state` checks the marker);
+                # the step directory becomes visible only when the whole of it is complete.
+                with open(os.path.join(tmp, role, COMPLETE), "w") as f:
+                    f.write("ok\n")
+        self.reporter.checkpoint(step, final, {**metrics, "timing_s/save_checkpoint": time.perf_counter() - start})
+
+    def _rollback(self, step: int, verdict: Verdict, start_state: dict[str, Any]) -> None:
+        g = self.cfg.guardrails
+        evidence = {"step": step, "reason": verdict.reason, **verdict.evidence}
+        self.rollback_history.append(evidence)
+        if self.rollbacks >= g.max_rollbacks:
+            raise Diverged(f"step {step}: {verdict.reason}; {self.rollbacks} rollbacks already spent "
+                           f"(max_rollbacks={g.max_rollbacks})",
+                           data={**evidence, "rollbacks": self.rollbacks, "history": self.rollback_history})
+        self.rollbacks += 1
+        self._restore_progress(start_state)
+        actor = self.roles["actor"]
+        refs = actor.submit_all("restore")
+        if self.use_critic:
+            refs += self.roles["critic"].submit_all("restore")
+        self.lr_scale *= g.rollback_lr_factor
+        current = self.clip_ratio if self.clip_ratio is not None else self.cfg.actor.clip_ratio
+        self.clip_ratio = min(current, g.rollback_clip_ratio)
+        refs += actor.submit_all("scale_lr", g.rollback_lr_factor)
+        refs += actor.submit_all("set_clip_ratio", self.clip_ratio)
+        self._gather({"restore": refs}, time.perf_counter() + g.step_timeout_s, "rollback")
+        self.reporter.warning(
+            "rollback", f"step {step}: {verdict.reason}; restored the state before the step, actor LR x"
+            f"{g.rollback_lr_factor:g} (now {self.lr_scale:g} of the schedule), clip_ratio {self.clip_ratio:g}",
+            {**evidence, "rollbacks": self.rollbacks, "lr_scale": self.lr_scale, "clip_ratio": self.clip_ratio})
+
+
+def _safe_var(x: torch.Tensor, mask: torch.Tensor) -> float:
+    return float(masked_var(x, mask)) if float(mask.sum()) >= 2 else math.nan

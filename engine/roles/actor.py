@@ -1,0 +1,223 @@
+"""ActorRollout: the policy being trained, and the sampler that draws responses from it.
+
+Verbs on a batch (VERL's): `generate`, `compute_log_prob`, `compute_ref_log_prob` (LoRA only: the
+actor with its adapter disabled is the reference policy), `update_actor`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from engine.algos import agg_loss, kl_penalty, masked_mean, policy_loss
+from engine.config import PPOConfig
+from engine.models import (
+    count_parameters,
+    is_lora,
+    load_policy,
+    load_tokenizer,
+    reference_mode,
+    resolve_lora_rank,
+    save_model,
+)
+from engine.roles.base import (
+    MetricSums,
+    TrainableRole,
+    batched_log_probs,
+    iter_micro_batches,
+    policy_log_probs,
+)
+from engine.roles.batch import Batch, build_batch, mini_batch_rows
+from engine.rollout import SamplingParams, make_rollout
+from engine.schedule import build_optimizer, build_scheduler
+
+
+def loss_weight(mask: torch.Tensor, mode: str, response_width: int) -> float:
+    """What one micro-batch counts for in its mini-batch's loss, for `agg_loss` mode `mode`.
+
+    The micro-batch loss (a mean over its own tokens or rows) is multiplied by
+    `weight / global total of weights in the mini-batch`, so summing over micro-batches and
+    data-parallel workers gives exactly the loss of the whole mini-batch.
+    """
+    if mode == "token-mean":
+        return float(mask.sum())
+    if mode == "seq-mean-token-mean":
+        return float((mask.sum(-1) > 0).sum())
+    if mode == "seq-mean-token-sum":
+        return float(mask.shape[0])
+    # seq-mean-token-sum-norm divides a plain sum by the trimmed width; rescale to the full width.
+    return mask.shape[1] / response_width
+
+
+def mini_batch_totals(role: TrainableRole, batch: Batch, bounds: Sequence[Sequence[int]],
+                      mode: str) -> list[float]:
+    """Per mini-batch, the sum of `loss_weight` over all its rows on all workers."""
+    if mode == "seq-mean-token-sum-norm":
+        return [1.0] * len(bounds)
+    width = batch["response_mask"].shape[1]
+    local = [loss_weight(batch["response_mask"][list(rows)], mode, width) if rows else 0.0 for rows in bounds]
+    return role._global_sum(local)
+
+
+class ActorRollout(TrainableRole):
+    """The policy, its optimizer and its rollout backend.
+
+    Args:
+        config: the job's `PPOConfig`.
+        model_path: the SFT policy directory.
+        total_steps: PPO iterations of the job (length of the LR schedule).
+        rollout: backend name (`hf` or `vllm`), already checked by the driver.
+        rank, world_size, num_threads, seed, use_gpu: see `Role`.
+    """
+
+    def __init__(self, config: PPOConfig, model_path: str, *, total_steps: int, rollout: str = "hf",
+                 rank: int = 0, world_size: int = 1, num_threads: int | None = None, seed: int = 0,
+                 use_gpu: bool = False) -> None:
+        super().__init__(rank=rank, world_size=world_size, num_threads=num_threads, seed=seed, use_gpu=use_gpu)
+        self.cfg = config
+        self.tokenizer = load_tokenizer(model_path)
+        self.model = load_policy(model_path, config.model, trainable=True).to(self.device)
+        self.optimizer = build_optimizer(self.model, config.actor.optim)
+        self.scheduler = build_scheduler(self.optimizer, config.actor.optim, total_steps)
+        self._init_grads()
+        self.clip_low, self.clip_high = config.actor.clip_low, config.actor.clip_high
+        lora_rank = (resolve_lora_rank(config.model.lora_rank, count_parameters(self.model))
+                     if config.model.lora_rank else 0)
+        self.rollout = make_rollout(rollout, self.model, tokenizer=self.tokenizer, model_path=model_path,
+                                    dtype=config.model.dtype, lora_rank=lora_rank,
+                                    max_model_len=config.data.max_prompt_length + config.data.max_response_length,
+                                    seed=seed)
+
+    # --- sampling ------------------------------------------------------------------------------
+
+    def sampling_params(self, validate: bool = False) -> SamplingParams:
+        r = self.cfg.rollout
+        if validate:
+            return SamplingParams(max_new_tokens=self.cfg.data.max_response_length,
+                                  temperature=r.val_temperature, top_p=r.top_p, top_k=r.top_k,
+                                  do_sample=r.val_temperature > 0)
+        return SamplingParams(max_new_tokens=self.cfg.data.max_response_length, temperature=r.temperature,
+                              top_p=r.top_p, top_k=r.top_k, do_sample=r.do_sample)
+
+    def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int],
+                 validate: bool = False) -> tuple[Batch, float]:
+        """Sample one response per prompt (the driver repeats prompts `rollout.n` times).
+
+        Returns:
+            `(batch, seconds)`: a `Batch` (see `engine.roles.batch`) and the wall time, as two values
+            so the batch can be handed to other roles by reference.
+        """
+        start = time.perf_counter()
+        responses = self.rollout.generate(prompts, seeds, self.sampling_params(validate))
+        batch = build_batch(prompts, responses, prompt_width=self.cfg.data.max_prompt_length,
+                            response_width=self.cfg.data.max_response_length,
+                            pad_id=self.tokenizer.pad_token_id)
+        return batch, time.perf_counter() - start
+
+    # --- log-probs -----------------------------------------------------------------------------
+
+    def _log_probs(self, batch: Batch) -> torch.Tensor:
+        a = self.cfg.actor
+        return batched_log_probs(self.model, batch, temperature=self.cfg.rollout.temperature,
+                                 dynamic=a.use_dynamic_bsz, max_tokens=a.ppo_max_token_len_per_gpu,
+                                 size=a.ppo_micro_batch_size_per_gpu, device=self.device)
+
+    def compute_log_prob(self, batch: Batch) -> dict[str, Any]:
+        """Log-probs of the sampled responses under the current (rollout) policy: `old_log_prob`."""
+        start = time.perf_counter()
+        return {"log_probs": self._log_probs(batch), "time_s": time.perf_counter() - start}
+
+    def compute_ref_log_prob(self, batch: Batch) -> dict[str, Any]:
+        """Reference log-probs with the adapter disabled (LoRA only; otherwise use `Reference`)."""
+        start = time.perf_counter()
+        with reference_mode(self.model):
+            log_probs = self._log_probs(batch)
+        return {"log_probs": log_probs, "time_s": time.perf_counter() - start}
+
+    # --- training ------------------------------------------------------------------------------
+
+    def set_clip_ratio(self, clip_ratio: float) -> None:
+        """Mitigation after a rollback: tighten the trust region to at most `clip_ratio`."""
+        self.clip_low = min(self.clip_low, clip_ratio)
+        self.clip_high = min(self.clip_high, clip_ratio)
+
+    def update_actor(self, batch: Batch, mini_sizes: Sequence[int]) -> dict[str, Any]:
+        """PPO epochs over this worker's rows, one optimizer step per mini-batch.
+
+        Args:
+            batch: rows with `old_log_probs`, `advantages` (and `ref_log_probs` with `use_kl_loss`).
+            mini_sizes: this worker's rows in each global mini-batch (see `shard_rows`).
+
+        Returns:
+            `metrics` (name -> (weighted sum, weight), merged across workers by the driver),
+            `log_probs` (the updated policy's log-probs of the batch, for the KL guardrail),
+            `nonfinite` (a loss or gradient was NaN/inf: the remaining steps were skipped), `time_s`.
+        """
+        start = time.perf_counter()
+        a = self.cfg.actor
+        width = batch["responses"].shape[1]
+        bounds = mini_batch_rows(mini_sizes)
+        totals = mini_batch_totals(self, batch, bounds, a.loss_agg_mode)
+        sums = MetricSums()
+        nonfinite = False
+        self.model.train()
+        for _ in range(a.ppo_epochs):
+            for rows, total in zip(bounds, totals):
+                for _, mb in iter_micro_batches(batch, rows, dynamic=a.use_dynamic_bsz,
+                                                max_tokens=a.ppo_max_token_len_per_gpu,
+                                                size=a.ppo_micro_batch_size_per_gpu, device=self.device):
+                    self._backward(mb, total, width, sums)
+                grad_norm, finite = self._optimizer_step(a.optim.grad_clip)
+                sums.add("actor/grad_norm", grad_norm)
+                if not finite:
+                    nonfinite = True
+                    break
+            if nonfinite:
+                break
+        sums.add("actor/lr", self.current_lr())
+        if not nonfinite:
+            self.scheduler.step()
+        self._after_weights_changed()
+        new_log_probs = self._log_probs(batch)
+        return {"metrics": sums.sums, "log_probs": new_log_probs, "nonfinite": nonfinite,
+                "time_s": time.perf_counter() - start}
+
+    def _backward(self, mb: Batch, total: float, width: int, sums: MetricSums) -> None:
+        a = self.cfg.actor
+        mask = mb["response_mask"]
+        log_probs, entropy = policy_log_probs(self.model, mb, temperature=self.cfg.rollout.temperature,
+                                              with_entropy=True)
+        pg_loss, pg = policy_loss(mb["old_log_probs"], log_probs, mb["advantages"], mask,
+                                  clip_ratio_low=self.clip_low, clip_ratio_high=self.clip_high,
+                                  clip_ratio_c=a.clip_ratio_c, loss_agg_mode=a.loss_agg_mode)
+        loss = pg_loss
+        if a.entropy_coeff:
+            loss = loss - a.entropy_coeff * agg_loss(entropy, mask, a.loss_agg_mode)
+        tokens = float(mask.sum())
+        if a.use_kl_loss:
+            kl = agg_loss(kl_penalty(log_probs, mb["ref_log_probs"], a.kl_loss_type), mask, a.loss_agg_mode)
+            loss = loss + a.kl_loss_coef * kl
+            sums.add("actor/kl_loss", float(kl.detach()), tokens)
+            sums.add("actor/kl_coef", a.kl_loss_coef)
+        weight = loss_weight(mask, a.loss_agg_mode, width) / max(total, 1e-8)
+        (loss * weight).backward()
+        sums.add("actor/pg_loss", float(pg_loss.detach()), tokens)
+        sums.add("actor/entropy", float(masked_mean(entropy.detach(), mask)), tokens)
+        for name in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
+            sums.add(f"actor/{name}", pg[name], tokens)
+
+    def _after_weights_changed(self) -> None:
+        self.rollout.sync_weights(self.model)
+
+    # --- output --------------------------------------------------------------------------------
+
+    def save_model(self, out_dir: str) -> str:
+        """Write the trained policy for use outside Keel; returns `hf` or `lora`."""
+        return save_model(self.model, self.tokenizer, out_dir) if self.rank == 0 else "hf"
+
+    def is_lora(self) -> bool:
+        return is_lora(self.model)
+

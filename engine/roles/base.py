@@ -1,0 +1,254 @@
+"""What every role worker shares: device and threads, the data-parallel group, batched forwards,
+and (for the trained roles) the optimizer step, in-memory snapshots and checkpoints.
+
+Role classes are plain Python classes: tests build them directly; `engine.roles.remote` wraps each
+with `ray.remote` once. Every method that does work returns a dict with its wall time `time_s`, so
+the driver can report per-phase timings while all roles run at once.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from engine import distributed
+from engine.algos import entropy_from_logits, log_probs_from_logits
+from engine.checkpoint import load_state, save_state
+from engine.roles.batch import Batch, gather_response, micro_batches, row_lengths, select, trim
+
+SEQ_KEYS = ("input_ids", "attention_mask")
+
+
+class Role:
+    """Process-level plumbing of one worker of one role.
+
+    Args:
+        rank, world_size: this worker's place in its role's data-parallel group.
+        num_threads: torch intra-op threads (None: leave torch's default).
+        seed: seeds torch's global RNG before any model is built (fresh value heads).
+        use_gpu: put the model on CUDA device 0 (Ray sets `CUDA_VISIBLE_DEVICES`) when one is visible.
+    """
+
+    def __init__(self, *, rank: int = 0, world_size: int = 1, num_threads: int | None = None, seed: int = 0,
+                 use_gpu: bool = False) -> None:
+        if num_threads:
+            torch.set_num_threads(num_threads)
+        torch.manual_seed(seed)
+        self.rank, self.world_size = rank, world_size
+        self.device = torch.device("cuda", 0) if use_gpu and torch.cuda.is_available() else torch.device("cpu")
+
+    def ready(self) -> bool:
+        """Answers once the constructor has finished (the driver waits on it)."""
+        return True
+
+    def free_port(self) -> int:
+        return distributed.free_port()
+
+    def init_process_group(self, port: int) -> None:
+        if self.world_size > 1:
+            distributed.init_process_group(self.rank, self.world_size, port, self.device)
+
+    def apply(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run `fn(self, *args, **kwargs)` in the worker (diagnostics and fault-injection tests)."""
+        return fn(self, *args, **kwargs)
+
+    def shutdown(self) -> None:
+        distributed.destroy_process_group()
+
+
+class MetricSums:
+    """Weighted sums of metrics across micro-batches (and workers): `mean = sum / weight`."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, list[float]] = {}
+
+    def add(self, name: str, value: float, weight: float = 1.0) -> None:
+        entry = self.sums.setdefault(name, [0.0, 0.0])
+        entry[0] += float(value) * weight
+        entry[1] += weight
+
+    def merge(self, other: Mapping[str, Sequence[float]]) -> None:
+        for name, (total, weight) in other.items():
+            entry = self.sums.setdefault(name, [0.0, 0.0])
+            entry[0] += total
+            entry[1] += weight
+
+    def means(self) -> dict[str, float]:
+        return {k: (s / w if w else math.nan) for k, (s, w) in self.sums.items()}
+
+
+def trim_rows(batch: Batch, device: torch.device) -> Batch:
+    """A micro-batch cut to its longest sequence and longest response, on `device`."""
+    out = trim(batch)
+    resp_width = max(1, int(batch["response_mask"].sum(-1).max()))
+    return {k: (v if k in SEQ_KEYS or v.dim() < 2 else v[:, :resp_width]).to(device) for k, v in out.items()}
+
+
+def pad_response(x: torch.Tensor, width: int) -> torch.Tensor:
+    """Right-pad a `(batch, r)` tensor with zeros to `(batch, width)`."""
+    return torch.nn.functional.pad(x, (0, width - x.shape[1]))
+
+
+def iter_micro_batches(batch: Batch, rows: Sequence[int], *, dynamic: bool, max_tokens: int, size: int,
+                       device: torch.device) -> Iterator[tuple[list[int], Batch]]:
+    """`(global row indices, trimmed micro-batch)` over `rows` of `batch`."""
+    lengths = [row_lengths(batch)[i] for i in rows]
+    for group in micro_batches(lengths, dynamic=dynamic, max_tokens=max_tokens, size=size):
+        index = [rows[i] for i in group]
+        yield index, trim_rows(select(batch, index), device)
+
+
+def policy_log_probs(model: nn.Module, mb: Batch, *, temperature: float,
+                     with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs `(b, r)` of the response tokens of a trimmed micro-batch under `model` (logits divided
+    by the sampling temperature, as in VERL), and optionally the per-token entropy."""
+    logits = model(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"]).logits
+    width = mb["responses"].shape[1]
+    logits = gather_response(logits, mb["prompt_lens"], width).float()
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    log_probs = log_probs_from_logits(logits, mb["responses"])
+    entropy = entropy_from_logits(logits) if with_entropy else None
+    return log_probs, entropy
+
+
+@torch.no_grad()
+def batched_log_probs(model: nn.Module, batch: Batch, *, temperature: float, dynamic: bool, max_tokens: int,
+                      size: int, device: torch.device) -> torch.Tensor:
+    """`(batch, R)` response log-probs for a whole batch, micro-batched, on CPU (zeros on padding)."""
+    width = batch["responses"].shape[1]
+    out = torch.zeros(batch["responses"].shape, dtype=torch.float32)
+    was_training = model.training
+    model.eval()
+    try:
+        for index, mb in iter_micro_batches(batch, range(len(batch["input_ids"])), dynamic=dynamic,
+                                            max_tokens=max_tokens, size=size, device=device):
+            log_probs, _ = policy_log_probs(model, mb, temperature=temperature)
+            out[index] = pad_response(log_probs, width).cpu()
+    finally:
+        model.train(was_training)
+    return out
+
+
+def _clone_to_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {k: _clone_to_cpu(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_clone_to_cpu(v) for v in value)
+    return value
+
+
+class TrainableRole(Role):
+    """A role with a model, an AdamW optimizer and an LR schedule (actor, critic).
+
+    Subclasses set `self.model`, `self.optimizer`, `self.scheduler` and call `_init_grads()`.
+    """
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    _snapshot: dict[str, Any] | None = None
+
+    def _params(self) -> list[nn.Parameter]:
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
+
+    def _init_grads(self) -> None:
+        # Zero gradients from the start: every rank then all-reduces the same tensors in the same
+        # order, even a rank whose shard of a mini-batch is empty.
+        for p in self._params():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+
+    def _global_sum(self, values: Sequence[float]) -> list[float]:
+        t = torch.tensor(list(values), dtype=torch.float64, device=self.device)
+        return distributed.all_reduce_sum(t).tolist() if self.world_size > 1 else t.tolist()
+
+    def _optimizer_step(self, grad_clip: float) -> tuple[float, bool]:
+        """Sum gradients over the group, clip, and step unless the norm is non-finite.
+
+        Returns:
+            `(grad_norm, finite)`; a non-finite step leaves the weights untouched.
+        """
+        params = self._params()
+        distributed.all_reduce_grads(params)
+        max_norm = grad_clip if grad_clip > 0 else math.inf
+        norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        finite = math.isfinite(norm)
+        if finite:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=False)
+        return norm, finite
+
+    def current_lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def scale_lr(self, factor: float) -> float:
+        """Multiply the learning rate (now and for the rest of the schedule) by `factor`."""
+        for group in self.optimizer.param_groups:
+            group["lr"] *= factor
+        self.scheduler.base_lrs = [lr * factor for lr in self.scheduler.base_lrs]
+        return self.current_lr()
+
+    # --- last good state, in memory ------------------------------------------------------------
+
+    def _trained_tensors(self) -> dict[str, torch.Tensor]:
+        named = dict(self.model.named_parameters())
+        tensors = {k: p for k, p in named.items() if p.requires_grad}
+        tensors.update(dict(self.model.named_buffers()))
+        return tensors
+
+    def snapshot(self) -> dict[str, float]:
+        """Keep a CPU copy of the weights being trained, the optimizer and the scheduler."""
+        start = time.perf_counter()
+        self._snapshot = {
+            "tensors": _clone_to_cpu(self._trained_tensors()),
+            "optimizer": _clone_to_cpu(self.optimizer.state_dict()),
+            "scheduler": _clone_to_cpu(self.scheduler.state_dict()),
+        }
+        return {"time_s": time.perf_counter() - start}
+
+    def restore(self) -> dict[str, float]:
+        """Go back to the last `snapshot` (the snapshot is kept: it can be restored again)."""
+        if self._snapshot is None:
+            raise RuntimeError("restore() before any snapshot()")
+        start = time.perf_counter()
+        live = self._trained_tensors()
+        with torch.no_grad():
+            for name, saved in self._snapshot["tensors"].items():
+                live[name].copy_(saved)
+        # Clones: load_state_dict may keep the given tensors, and Adam updates its state in place.
+        self.optimizer.load_state_dict(_clone_to_cpu(self._snapshot["optimizer"]))
+        self.scheduler.load_state_dict(_clone_to_cpu(self._snapshot["scheduler"]))
+        self.optimizer.zero_grad(set_to_none=False)
+        self._after_weights_changed()
+        return {"time_s": time.perf_counter() - start}
+
+    def _after_weights_changed(self) -> None:
+        """Hook: e.g. push the weights to a separate rollout engine."""
+
+    # --- checkpoints ---------------------------------------------------------------------------
+
+    def save_checkpoint(self, directory: str, extra: Mapping[str, Any] | None = None) -> dict[str, float]:
+        """Rank 0 writes model, optimizer and scheduler under `directory` (replicas are identical)."""
+        start = time.perf_counter()
+        if self.rank == 0:
+            os.makedirs(directory, exist_ok=True)
+            save_state(directory, modules={"model": self.model}, optimizers={"optim": self.optimizer},
+                       schedulers={"sched": self.scheduler}, extra=dict(extra or {}))
+        return {"time_s": time.perf_counter() - start}
+
+    def load_checkpoint(self, directory: str) -> dict[str, Any]:
+        """Every rank loads the same state; returns the checkpoint's `extra`."""
+        extra = load_state(directory, modules={"model": self.model}, optimizers={"optim": self.optimizer},
+                           schedulers={"sched": self.scheduler})
+        self.optimizer.zero_grad(set_to_none=False)
+        self._after_weights_changed()
+        return extra

@@ -1,0 +1,37 @@
+"""Reference: the frozen SFT policy whose log-probs anchor the KL penalty.
+
+Used for full fine-tuning only: with LoRA the actor computes reference log-probs itself with its
+adapter disabled (`ActorRollout.compute_ref_log_prob`), so the base weights exist once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from engine.config import PPOConfig
+from engine.models import load_policy
+from engine.roles.base import Role, batched_log_probs
+from engine.roles.batch import Batch
+
+
+class Reference(Role):
+    """A frozen copy of the policy at `model_path` (no adapter)."""
+
+    def __init__(self, config: PPOConfig, model_path: str, *, rank: int = 0, world_size: int = 1,
+                 num_threads: int | None = None, seed: int = 0, use_gpu: bool = False) -> None:
+        super().__init__(rank=rank, world_size=world_size, num_threads=num_threads, seed=seed, use_gpu=use_gpu)
+        self.cfg = config
+        model_cfg = dataclasses.replace(config.model, lora_rank=0, lora_adapter_path=None,
+                                        enable_gradient_checkpointing=False)
+        self.model = load_policy(model_path, model_cfg, trainable=False).to(self.device)
+
+    def compute_ref_log_prob(self, batch: Batch) -> dict[str, Any]:
+        """`log_probs`: `(batch, R)` response log-probs under the reference policy."""
+        start = time.perf_counter()
+        a = self.cfg.actor
+        log_probs = batched_log_probs(self.model, batch, temperature=self.cfg.rollout.temperature,
+                                      dynamic=a.use_dynamic_bsz, max_tokens=a.ppo_max_token_len_per_gpu,
+                                      size=a.ppo_micro_batch_size_per_gpu, device=self.device)
+        return {"log_probs": log_probs, "time_s": time.perf_counter() - start}

@@ -1,0 +1,242 @@
+"""The one place where role classes become Ray actors, and where they are placed.
+
+`REMOTE_CLASSES` wraps each plain role class, and `Colocated`, with `ray.remote` once.
+`RoleCluster` starts the workers of every role and places them:
+
+- colocated (`resources.colocate`, the default; VERL's fused worker): one placement group of
+  `num_workers` bundles of `{CPU: cpus_per_worker, GPU: gpus_per_worker}` and one process per bundle
+  that hosts worker `i` of every role (`Colocated`), so the roles share the device and the Python
+  runtime, and run one after another;
+- separate: one placement group per role and one process per worker of each role, each a whole
+  bundle, so the roles run concurrently.
+
+Every placement group is STRICT_PACK: data-parallel workers meet on 127.0.0.1
+(`engine.distributed`). With `num_workers > 1` the workers of each trained role (actor, critic)
+form a torch.distributed group (colocated: the processes form one group that both roles use; the
+driver submits to every worker in the same order, so collectives line up). Nothing here blocks per
+call: `RoleGroup.submit` returns object refs and the driver gathers them once per phase.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from engine.config import Resources
+from engine.distributed import WorkerLost
+from engine.errors import EngineError
+from engine.roles.actor import ActorRollout
+from engine.roles.critic import Critic
+from engine.roles.reference import Reference
+from engine.roles.reward import Reward
+
+
+class Colocated:
+    """Worker `rank` of several roles in one process: `call(role, method, ...)` dispatches to it.
+
+    Args:
+        roles: `(name, cls, args, kwargs)` per hosted role; each is built with this rank and
+            `world_size` (the number of colocated processes).
+    """
+
+    def __init__(self, roles: Sequence[tuple[str, type, tuple, dict[str, Any]]], *, rank: int = 0,
+                 world_size: int = 1, num_threads: int | None = None, use_gpu: bool = False) -> None:
+        self.roles = {name: cls(*args, **kwargs, rank=rank, world_size=world_size, num_threads=num_threads,
+                                use_gpu=use_gpu) for name, cls, args, kwargs in roles}
+        self.first = next(iter(self.roles.values()))
+
+    def ready(self) -> bool:
+        return True
+
+    def free_port(self) -> int:
+        return self.first.free_port()
+
+    def init_process_group(self, port: int) -> None:
+        self.first.init_process_group(port)  # one group per process, shared by its roles
+
+    def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.roles[role], method)(*args, **kwargs)
+
+
+REMOTE_CLASSES: dict[type, Any] = {cls: ray.remote(cls)
+                                   for cls in (ActorRollout, Critic, Reference, Reward, Colocated)}
+"""Each role class (and the colocated host) wrapped with `ray.remote`, once."""
+
+
+@dataclass
+class RoleSpec:
+    """One role to start: `cls(*args, **kwargs, rank=i, world_size=num_workers, ...)` per worker."""
+
+    name: str
+    cls: type
+    args: tuple = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    num_workers: int = 1
+    data_parallel: bool = False
+    """Join the workers into a torch.distributed group (trained roles)."""
+    uses_gpu: bool = True
+
+
+class RoleGroup:
+    """The workers of one role, in rank order (Ray actors of the role class, or `Colocated` hosts
+    addressed by role name)."""
+
+    def __init__(self, name: str, workers: Sequence[Any], *, hosted: bool = False) -> None:
+        self.name = name
+        self.workers = list(workers)
+        self.hosted = hosted
+
+    def __len__(self) -> int:
+        return len(self.workers)
+
+    def _method(self, worker: Any, method: str, num_returns: int = 1) -> tuple[Any, tuple]:
+        handle = worker.call if self.hosted else getattr(worker, method)
+        if num_returns != 1:
+            handle = handle.options(num_returns=num_returns)
+        return handle, ((self.name, method) if self.hosted else ())
+
+    def submit(self, worker: int, method: str, *args: Any, num_returns: int = 1, **kwargs: Any) -> Any:
+        """Call `method` on worker `worker % len(self)`; returns its object ref(s) without waiting."""
+        handle, prefix = self._method(self.workers[worker % len(self.workers)], method, num_returns)
+        return handle.remote(*prefix, *args, **kwargs)
+
+    def submit_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """The same call on every worker (e.g. `snapshot`, `load_checkpoint`)."""
+        refs = []
+        for worker in self.workers:
+            handle, prefix = self._method(worker, method)
+            refs.append(handle.remote(*prefix, *args, **kwargs))
+        return refs
+
+
+def unwrap_ray_error(err: BaseException) -> BaseException:
+    """The exception a worker raised, or `WorkerLost` when the worker process died."""
+    if isinstance(err, ray.exceptions.RayTaskError):
+        cause = getattr(err, "cause", None)
+        if isinstance(cause, BaseException):
+            return cause
+    if isinstance(err, ray.exceptions.RayActorError | ray.exceptions.WorkerCrashedError):
+        return WorkerLost(f"a role worker died: {err}")
+    return err
+
+
+def get(refs: Sequence[Any], timeout: float | None = None) -> list[Any]:
+    """`ray.get` with worker errors unwrapped (timeouts propagate as `ray.exceptions.GetTimeoutError`)."""
+    try:
+        return ray.get(list(refs), timeout=timeout)
+    except ray.exceptions.GetTimeoutError:
+        raise
+    except ray.exceptions.RayError as err:
+        raise unwrap_ray_error(err) from None
+
+
+def _runtime_env() -> dict[str, Any]:
+    """Actor options that let workers import `engine` from where this process does. Not needed when
+    the package is installed, and then left out: workers Ray has already started can be reused."""
+    try:
+        importlib.metadata.distribution("keel-rlhf")
+        return {}
+    except importlib.metadata.PackageNotFoundError:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+        return {"runtime_env": {"env_vars": {"PYTHONPATH": pythonpath}}}
+
+
+class RoleCluster:
+    """Start, place and join the workers of all roles; `shutdown` kills them and frees the resources.
+
+    Args:
+        specs: the roles to start.
+        resources: the job's `Resources`.
+        startup_timeout_s: how long to wait for resources and model loading.
+    """
+
+    def __init__(self, specs: Sequence[RoleSpec], resources: Resources, *, startup_timeout_s: float = 600.0) -> None:
+        self.groups: dict[str, RoleGroup] = {}
+        self._pgs: list[Any] = []
+        self._handles: list[Any] = []
+        try:
+            self._start(specs, resources, startup_timeout_s)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def __getitem__(self, name: str) -> RoleGroup:
+        return self.groups[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.groups
+
+    def _start(self, specs: Sequence[RoleSpec], resources: Resources, timeout: float) -> None:
+        cpus, gpus, workers = resources.cpus_per_worker, resources.gpus_per_worker, resources.num_workers
+        bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
+        if resources.colocate:
+            self._pgs.append(placement_group([dict(bundle) for _ in range(workers)], strategy="STRICT_PACK"))
+        else:
+            for spec in specs:
+                own = {"CPU": cpus, **({"GPU": gpus} if gpus and spec.uses_gpu else {})}
+                self._pgs.append(placement_group([dict(own) for _ in range(spec.num_workers)],
+                                                 strategy="STRICT_PACK"))
+        try:
+            ray.get([pg.ready() for pg in self._pgs], timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise EngineError(f"could not reserve the PPO roles' resources within {timeout:.0f}s "
+                              f"({workers} x {bundle}, colocate={resources.colocate})",
+                              code="resources_unavailable") from None
+        env = _runtime_env()
+
+        def options(pg: Any, index: int, num_gpus: float) -> dict[str, Any]:
+            return dict(num_cpus=cpus, num_gpus=num_gpus, **env, scheduling_strategy=PlacementGroupSchedulingStrategy(
+                pg, placement_group_bundle_index=index))
+
+        threads = max(1, int(cpus))
+        parallel: list[RoleGroup] = []
+        if resources.colocate:
+            hosts = [REMOTE_CLASSES[Colocated].options(**options(self._pgs[0], i, gpus)).remote(
+                [(s.name, s.cls, s.args, s.kwargs) for s in specs if i < s.num_workers],
+                rank=i, world_size=workers, num_threads=threads, use_gpu=gpus > 0) for i in range(workers)]
+            for spec in specs:
+                self.groups[spec.name] = RoleGroup(spec.name, hosts[:spec.num_workers], hosted=True)
+            if workers > 1 and any(s.data_parallel for s in specs):
+                parallel = [RoleGroup("hosts", hosts)]
+            handles = hosts
+        else:
+            handles = []
+            for spec, pg in zip(specs, self._pgs):
+                num_gpus = gpus if spec.uses_gpu else 0.0
+                group = [REMOTE_CLASSES[spec.cls].options(**options(pg, i, num_gpus)).remote(
+                    *spec.args, **spec.kwargs, rank=i, world_size=spec.num_workers, num_threads=threads,
+                    use_gpu=num_gpus > 0) for i in range(spec.num_workers)]
+                self.groups[spec.name] = RoleGroup(spec.name, group)
+                handles += group
+                if spec.data_parallel and spec.num_workers > 1:
+                    parallel.append(self.groups[spec.name])
+        self._handles = handles
+        try:
+            get([h.ready.remote() for h in handles], timeout=timeout)
+            ports = get([g.workers[0].free_port.remote() for g in parallel], timeout=timeout)
+            get([w.init_process_group.remote(port) for g, port in zip(parallel, ports) for w in g.workers],
+                timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise EngineError(f"the PPO role workers did not start within {timeout:.0f}s",
+                              code="resources_unavailable") from None
+
+    def shutdown(self) -> None:
+        """Kill every worker and release the placement groups (idempotent)."""
+        for handle in getattr(self, "_handles", []):
+            with contextlib.suppress(ValueError, ray.exceptions.RayError):  # already gone
+                ray.kill(handle, no_restart=True)
+        self._handles = []
+        self.groups = {}
+        for pg in self._pgs:
+            with contextlib.suppress(ValueError, ray.exceptions.RayError):
+                remove_placement_group(pg)
+        self._pgs = []

@@ -1,0 +1,102 @@
+"""Reward: a score per response, from a reward model directory or from rule functions.
+
+Verb: `compute_scores`. The score is a scalar per sequence; the driver places it on the last
+response token (`token_level_scores`) before the KL penalty and the advantages.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from engine.config import PPOConfig
+from engine.data import prompt_token_ids, response_token_ids
+from engine.models import load_reward_model, load_tokenizer, reward_scores
+from engine.rewards import RewardFn, score_response
+from engine.roles.base import Role, iter_micro_batches
+from engine.roles.batch import Batch, build_batch
+
+
+class Reward(Role):
+    """Scores responses.
+
+    Args:
+        config: the job's `PPOConfig`.
+        tokenizer_path: the policy's tokenizer (to decode responses).
+        model_path: a reward model directory (sequence classification, one label), or None.
+        functions: rule functions by name (resolved by the driver, `engine.rewards`), or None.
+        function: the name used for every row; None picks `functions[row["data_source"]]` per row.
+        options: keyword arguments passed to every rule function (e.g. `format_score`).
+    """
+
+    def __init__(self, config: PPOConfig, *, tokenizer_path: str, model_path: str | None = None,
+                 functions: Mapping[str, RewardFn] | None = None, function: str | None = None,
+                 options: Mapping[str, Any] | None = None, rank: int = 0, world_size: int = 1,
+                 num_threads: int | None = None, seed: int = 0, use_gpu: bool = False) -> None:
+        super().__init__(rank=rank, world_size=world_size, num_threads=num_threads, seed=seed, use_gpu=use_gpu)
+        if (model_path is None) == (functions is None):
+            raise ValueError("give exactly one of model_path and functions")
+        self.cfg = config
+        self.tokenizer = load_tokenizer(tokenizer_path)
+        self.functions = dict(functions or {})
+        self.function = function
+        self.options = dict(options or {})
+        self.model = None
+        if model_path is not None:
+            from engine.config import ModelConfig
+
+            self.model = load_reward_model(model_path, ModelConfig(dtype=config.model.dtype),
+                                           trainable=False).to(self.device)
+            has_tokenizer = any(os.path.isfile(os.path.join(model_path, f))
+                                for f in ("tokenizer.json", "tokenizer_config.json"))
+            self.rm_tokenizer = load_tokenizer(model_path) if has_tokenizer else self.tokenizer
+            # Same vocabulary: score the policy's token ids as they are; else re-tokenize the text.
+            self.same_vocab = self.rm_tokenizer.get_vocab() == self.tokenizer.get_vocab()
+
+    def compute_scores(self, batch: Batch, meta: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """`scores`: `(batch,)` float32, one per row; `meta[i]` holds the row's `ground_truth`,
+        `data_source` and `prompt` (text)."""
+        start = time.perf_counter()
+        scores = self._model_scores(batch, meta) if self.model is not None else self._rule_scores(batch, meta)
+        return {"scores": scores, "time_s": time.perf_counter() - start}
+
+    def _responses(self, batch: Batch) -> list[list[int]]:
+        lengths = batch["response_mask"].sum(-1).tolist()
+        return [row[:n] for row, n in zip(batch["responses"].tolist(), lengths)]
+
+    def _rule_scores(self, batch: Batch, meta: Sequence[Mapping[str, Any]]) -> torch.Tensor:
+        max_tokens = batch["responses"].shape[1]
+        scores = []
+        for ids, info in zip(self._responses(batch), meta):
+            name = self.function or info.get("data_source")
+            fn = self.functions[name]
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            scores.append(score_response(fn, text, info.get("ground_truth"), prompt=info.get("prompt", ""),
+                                         data_source=info.get("data_source"), response_ids=ids,
+                                         num_tokens=len(ids), max_tokens=max_tokens, **self.options))
+        return torch.tensor(scores, dtype=torch.float32)
+
+    @torch.no_grad()
+    def _model_scores(self, batch: Batch, meta: Sequence[Mapping[str, Any]]) -> torch.Tensor:
+        if not self.same_vocab:
+            batch = self._retokenize(batch, meta)
+        a = self.cfg.actor
+        out = torch.zeros(len(batch["input_ids"]), dtype=torch.float32)
+        for index, mb in iter_micro_batches(batch, range(len(batch["input_ids"])), dynamic=a.use_dynamic_bsz,
+                                            max_tokens=a.ppo_max_token_len_per_gpu,
+                                            size=a.ppo_micro_batch_size_per_gpu, device=self.device):
+            out[index] = reward_scores(self.model, mb["input_ids"], mb["attention_mask"]).cpu()
+        return out
+
+    def _retokenize(self, batch: Batch, meta: Sequence[Mapping[str, Any]]) -> Batch:
+        prompts, responses = [], []
+        for ids, info in zip(self._responses(batch), meta):
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            prompts.append(prompt_token_ids(self.rm_tokenizer, info.get("prompt", "")))
+            responses.append(response_token_ids(self.rm_tokenizer, text))
+        return build_batch(prompts, responses, prompt_width=max(len(p) for p in prompts),
+                           response_width=max(len(r) for r in responses), pad_id=self.rm_tokenizer.pad_token_id)

@@ -1,0 +1,298 @@
+"""Rollout backends: sample responses from the current policy, behind one small interface.
+
+- `hf` (default): batched sampling on the training model itself with a KV cache, stopping at EOS,
+  with temperature / top-p / top-k. Nothing to synchronise: it reads the live weights.
+- `vllm` (the optional `gpu` extra): a vLLM engine beside the trainer; after each actor update the
+  weights are pushed into it (the adapter alone when training LoRA). `vllm` is imported only when
+  this backend is built, never at module import.
+
+Sampling is counter-based: the Gumbel noise for row `i`, step `t`, token `v` is a hash of
+(`seeds[i]`, `t`, `v`), so a row's sample depends only on its seed and its logits, not on which
+other rows share the batch or on any global RNG state. Splitting a batch across data-parallel
+workers, or resuming a job, therefore draws the same responses.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from engine.data import pad
+from engine.errors import EngineError
+
+_M32 = 0xFFFFFFFF
+_MIX = 0x45D9F3B
+"""Multiplier of a well-mixing 32-bit integer hash; small enough that products fit in int64."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to decode (VERL `actor_rollout_ref.rollout` names)."""
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    """-1 disables top-k."""
+    do_sample: bool = True
+
+    @property
+    def greedy(self) -> bool:
+        return not self.do_sample or self.temperature <= 0
+
+
+class RolloutBackend(Protocol):
+    def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int],
+                 params: SamplingParams) -> list[list[int]]:
+        """One response per prompt: generated token ids, ending with EOS unless cut at
+        `max_new_tokens`; `seeds[i]` fixes row `i`'s randomness."""
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Make the backend sample from `model`'s current weights."""
+
+
+# --- counter-based sampling ----------------------------------------------------------------------
+
+def mix32(x: Any) -> Any:
+    """A 32-bit integer hash (works on Python ints and int64 tensors holding values < 2**32)."""
+    x = ((x >> 16) ^ x) * _MIX & _M32
+    x = ((x >> 16) ^ x) * _MIX & _M32
+    return (x >> 16) ^ x
+
+
+def row_seed(*parts: int) -> int:
+    """Combine integers (job seed, batch number, row...) into one 32-bit row seed."""
+    h = 0x12345678
+    for p in parts:
+        h = mix32((h ^ mix32(p & _M32)) + 0x9E3779B9 & _M32)
+    return h
+
+
+def gumbel_noise(seeds: torch.Tensor, step: int, vocab: int) -> torch.Tensor:
+    """`(batch, vocab)` standard Gumbel noise, a pure function of (seed, step, token id)."""
+    key = mix32((mix32(seeds & _M32) + step * 0x9E3779B) & _M32)
+    token = mix32(torch.arange(vocab, device=seeds.device, dtype=torch.int64))
+    bits = mix32(key[:, None] ^ token[None, :])
+    uniform = (bits.double() + 0.5) / 2.0**32
+    return -torch.log(-torch.log(uniform))
+
+
+def filter_logits(logits: torch.Tensor, top_k: int = -1, top_p: float = 1.0) -> torch.Tensor:
+    """Set to -inf the logits outside the top-k and outside the smallest nucleus of mass >= top_p."""
+    vocab = logits.shape[-1]
+    if 0 < top_k < vocab:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # Drop a token when the mass strictly before it already reaches top_p (the first always stays).
+        drop_sorted = (torch.cumsum(probs, dim=-1) - probs) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def sample_tokens(logits: torch.Tensor, seeds: torch.Tensor, step: int, params: SamplingParams) -> torch.Tensor:
+    """Next token per row: argmax when greedy, else argmax(logits / T + Gumbel) over the filtered
+    set, which is an exact sample of softmax(logits / T) restricted to it (the Gumbel-max trick)."""
+    if params.greedy:
+        return logits.argmax(dim=-1)
+    scaled = filter_logits(logits.float() / params.temperature, params.top_k, params.top_p)
+    noise = gumbel_noise(seeds, step, logits.shape[-1]).to(scaled.dtype)
+    return (scaled + noise).argmax(dim=-1)
+
+
+# --- hf -----------------------------------------------------------------------------------------
+
+class HFRollout:
+    """Batched KV-cache sampling with the training model (`transformers` forward, left-padded prompts).
+
+    Args:
+        model: the policy (plain or PEFT); sampled from in eval mode, its mode restored afterwards.
+        pad_token_id: filler after a row has stopped.
+        eos_token_ids: ids that end a response (kept as its last token).
+        max_batch_size: rows per forward (None: all at once).
+    """
+
+    def __init__(self, model: torch.nn.Module, pad_token_id: int, eos_token_ids: Sequence[int],
+                 max_batch_size: int | None = None) -> None:
+        self.model = model
+        self.pad_token_id = int(pad_token_id)
+        self.eos_token_ids = sorted({int(e) for e in eos_token_ids})
+        self.max_batch_size = max_batch_size
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int],
+                 params: SamplingParams) -> list[list[int]]:
+        if len(prompts) != len(seeds):
+            raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
+        if not prompts:
+            return []
+        step = self.max_batch_size or len(prompts)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            out: list[list[int]] = []
+            for start in range(0, len(prompts), step):
+                out += self._generate(prompts[start:start + step], seeds[start:start + step], params)
+            return out
+        finally:
+            self.model.train(was_training)
+
+    def _generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int],
+                  params: SamplingParams) -> list[list[int]]:
+        device = next(self.model.parameters()).device
+        input_ids, mask = pad(prompts, self.pad_token_id, side="left")
+        input_ids, mask = input_ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        seed_t = torch.tensor([s & _M32 for s in seeds], dtype=torch.int64, device=device)
+        eos = torch.tensor(self.eos_token_ids, device=device)
+        batch = input_ids.shape[0]
+        finished = torch.zeros(batch, dtype=torch.bool, device=device)
+        cache_kw, extra = _forward_kwargs(self.model)
+        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                         **extra)
+        next_pos = positions[:, -1] + 1
+        tokens = []
+        for t in range(params.max_new_tokens):
+            token = sample_tokens(out.logits[:, -1, :], seed_t, t, params)
+            token = torch.where(finished, self.pad_token_id, token)
+            tokens.append(token)
+            finished = finished | torch.isin(token, eos)
+            if t == params.max_new_tokens - 1 or bool(finished.all()):
+                break
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            cache = getattr(out, "cache", None)
+            cache = out.past_key_values if cache is None else cache
+            out = self.model(input_ids=token[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                             use_cache=True, **{cache_kw: cache})
+            next_pos = next_pos + 1
+        rows = torch.stack(tokens, dim=1).tolist()
+        eos_set = set(self.eos_token_ids)
+        responses = []
+        for row in rows:
+            end = next((j + 1 for j, tok in enumerate(row) if tok in eos_set), len(row))
+            responses.append(row[:end])
+        return responses
+
+
+def _forward_kwargs(model: torch.nn.Module) -> tuple[str, dict[str, Any]]:
+    """The name of the KV-cache argument (`cache` in transformers 5, `past_key_values` before) and
+    `logits_to_keep=1` where supported, so the prefill does not build `(batch, prompt, vocab)` logits."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    params = inspect.signature(base.forward).parameters
+    cache_kw = "cache" if "cache" in params else "past_key_values"
+    return cache_kw, ({"logits_to_keep": 1} if "logits_to_keep" in params else {})
+
+
+# --- vllm (optional) -----------------------------------------------------------------------------
+
+def vllm_available() -> bool:
+    """True when the `vllm` package is installed and a CUDA device is visible."""
+    return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
+
+
+class VLLMRollout:
+    """Sampling with a vLLM engine in the actor's process (GPU only).
+
+    The engine is built from the actor's model directory; `sync_weights` pushes the trainer's weights
+    after each update: the full state dict for full fine-tuning, the adapter alone (saved to a
+    temporary directory and served as a new `LoRARequest`) for LoRA. Per-row seeds make sampling
+    reproducible as with `hf`, though not bit-identical to it.
+    """
+
+    def __init__(self, model_path: str, *, dtype: str, lora_rank: int, max_model_len: int, seed: int,
+                 gpu_memory_utilization: float = 0.4) -> None:
+        # In-process engine: the weight sync below needs the model object in this process.
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        from vllm import LLM
+
+        self.lora_rank = lora_rank
+        self.llm = LLM(model=model_path, dtype=dtype, seed=seed, max_model_len=max_model_len,
+                       gpu_memory_utilization=gpu_memory_utilization, enable_lora=lora_rank > 0,
+                       max_lora_rank=max(lora_rank, 8), enforce_eager=True)
+        self._lora_request: Any = None
+        self._lora_version = 0
+        self._adapter_dir = tempfile.mkdtemp(prefix="keel-vllm-lora-")
+
+    def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int],
+                 params: SamplingParams) -> list[list[int]]:
+        from vllm import SamplingParams as VSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        sampling = [VSamplingParams(
+            n=1, max_tokens=params.max_new_tokens, seed=int(seed),
+            temperature=0.0 if params.greedy else params.temperature,
+            top_p=params.top_p, top_k=params.top_k if params.top_k > 0 else -1) for seed in seeds]
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], sampling,
+                                    lora_request=self._lora_request, use_tqdm=False)
+        return [list(o.outputs[0].token_ids) for o in outputs]
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        from engine.models import is_lora
+
+        if is_lora(model):
+            from vllm.lora.request import LoRARequest
+
+            self._lora_version += 1
+            path = os.path.join(self._adapter_dir, f"v{self._lora_version}")
+            model.save_pretrained(path, safe_serialization=True)
+            self._lora_request = LoRARequest(f"actor-v{self._lora_version}", self._lora_version, path)
+            return
+        weights = ((name, tensor.detach()) for name, tensor in model.state_dict().items())
+        self._engine_model().load_weights(weights)
+
+    def _engine_model(self) -> Any:
+        """The vLLM model object, wherever this vLLM version keeps it."""
+        executor = self.llm.llm_engine.model_executor
+        for path in ("driver_worker.worker.model_runner.model", "driver_worker.model_runner.model"):
+            obj: Any = executor
+            try:
+                for attr in path.split("."):
+                    obj = getattr(obj, attr)
+                return obj
+            except AttributeError:
+                continue
+        raise EngineError("cannot reach the vLLM model to update its weights; use rollout.name='hf'",
+                          code="rollout_unavailable")
+
+
+def make_rollout(name: str, model: torch.nn.Module, *, tokenizer: Any, model_path: str, dtype: str,
+                 lora_rank: int, max_model_len: int, seed: int) -> RolloutBackend:
+    """The backend called `name` (`hf` or `vllm`) for `model`."""
+    if name == "vllm":
+        from engine.models import is_lora
+
+        backend = VLLMRollout(model_path, dtype=dtype, lora_rank=lora_rank, max_model_len=max_model_len,
+                              seed=seed)
+        if is_lora(model):  # the engine loaded the base weights; serve the adapter from the start
+            backend.sync_weights(model)
+        return backend
+    if name != "hf":
+        raise EngineError(f"unknown rollout backend {name!r}", code="invalid_config")
+    return HFRollout(model, tokenizer.pad_token_id, eos_token_ids(tokenizer, model))
+
+
+def eos_token_ids(tokenizer: Any, model: torch.nn.Module | None = None) -> list[int]:
+    """The tokenizer's EOS plus any in the model's generation config."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    gen = getattr(model, "generation_config", None)
+    extra = getattr(gen, "eos_token_id", None)
+    if isinstance(extra, int):
+        ids.add(extra)
+    elif isinstance(extra, list | tuple):
+        ids.update(int(e) for e in extra)
+    if not ids:
+        raise EngineError("the tokenizer has no EOS token: responses could never stop", code="invalid_model")
+    return sorted(ids)
