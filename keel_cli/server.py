@@ -1,4 +1,9 @@
-"""Server-side commands: run the API, a worker, migrations, or everything at once (`keel up`)."""
+"""Server-side commands: run the API, a worker, migrations, or everything at once (`keel up`).
+
+The sweeper (`workers.sweeper`: re-sends jobs the broker never got, re-queues jobs whose worker died)
+runs in a thread of every worker's main Celery process, started on `worker_ready`, so `keel up` and any
+deployment that runs `keel worker` have one; several at once are safe (conditional updates).
+"""
 
 from __future__ import annotations
 
@@ -44,7 +49,7 @@ def api(host: str = typer.Option(None, help="Bind address (default KEEL_HOST).")
 @server_app.command()
 def worker(concurrency: int = typer.Option(1, help="Jobs this worker runs at once."),
            loglevel: str = "INFO") -> None:
-    """Run a Celery worker that executes jobs on Ray."""
+    """Run a Celery worker that executes jobs on Ray (and the job sweeper)."""
     os.execvp(sys.executable, _worker_argv(concurrency, loglevel))
 
 
@@ -58,7 +63,8 @@ def _worker_argv(concurrency: int, loglevel: str) -> list[str]:
 
 @server_app.command()
 def up(concurrency: int = typer.Option(1, help="Jobs run at once by the embedded worker.")) -> None:
-    """Run the whole service on this machine: migrations, a worker (with a local Ray) and the API."""
+    """Run the whole service on this machine: migrations, a worker (with a local Ray and the sweeper)
+    and the API."""
     s = _settings()
     s.home.mkdir(parents=True, exist_ok=True)
     migrate()

@@ -108,3 +108,109 @@ def auth(project_key) -> dict[str, str]:
 def other_auth(database) -> dict[str, str]:
     """Headers of a second, unrelated project (tenancy tests)."""
     return {"Authorization": f"Bearer {_new_project_key(f'other-{secrets.token_hex(4)}')[1]}"}
+
+
+# --- a real local Ray and a real Celery worker (the workers' end-to-end tests) ---------------------
+
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_line(log: Path, text: str, proc, timeout: float) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.exists() and text in log.read_text(errors="replace"):
+            return
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    raise RuntimeError(f"{text!r} not seen in {log} (exit code {proc.poll()}):\n"
+                       f"{log.read_text(errors='replace')[-4000:] if log.exists() else ''}")
+
+
+def _stop_group(proc, grace: float) -> None:
+    """TERM the process group this fixture started (and only it), KILL after `grace` seconds."""
+    import signal
+    import subprocess
+
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A real local Ray on loopback (`ray start --head --block`, 2 CPUs, no dashboard) for the
+    session; yields its address. Stopped by signalling only the processes it started.
+
+    Token authentication is off for this loopback-only cluster (`RAY_AUTH_MODE=disabled`, also set in
+    this process's environment for the workers and drivers the tests start): otherwise Ray turns it
+    on whenever `~/.ray/auth_token` exists and clients must opt in."""
+    import subprocess
+    import sys
+
+    auth_mode = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+
+    port = _free_port()
+    log = _HOME / "ray-start.log"
+    ports = {flag: _free_port() for flag in ("dashboard-agent-listen-port",
+                                             "dashboard-agent-grpc-port", "runtime-env-agent-port",
+                                             "metrics-export-port", "node-manager-port", "object-manager-port")}
+    argv = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
+            f"--port={port}", "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats",
+            *(f"--{flag}={p}" for flag, p in ports.items())]
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0", "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(_ROOT), os.environ.get("PYTHONPATH")) if p)}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, cwd=_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        _wait_for_line(log, "Ray runtime started", proc, timeout=120)
+        yield f"127.0.0.1:{port}"
+    finally:
+        _stop_group(proc, grace=30)
+        if auth_mode is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = auth_mode
+
+
+@pytest.fixture(scope="session")
+def celery_worker(database, ray_cluster):
+    """A real `celery -A workers.celery_app worker` (prefork, concurrency 1) on this session's queues,
+    running jobs on `ray_cluster`, with its sweeper thread; yields the `Popen`. Heartbeats every second."""
+    import subprocess
+    import sys
+
+    from workers.celery_app import CONTROL_QUEUE, JOB_QUEUE
+
+    log = _HOME / "celery-worker.log"
+    argv = [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker", "-Q", f"{JOB_QUEUE},{CONTROL_QUEUE}",
+            "--pool=prefork", "--concurrency=1", "--loglevel=INFO", "--without-gossip", "--without-mingle",
+            "--without-heartbeat", "-n", f"keel-test-{_RUN}@%h"]
+    env = {**os.environ, "KEEL_RAY_ADDRESS": ray_cluster, "KEEL_WORKER_HEARTBEAT_S": "1"}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, cwd=_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        _wait_for_line(log, " ready.", proc, timeout=120)
+        yield proc
+    finally:
+        _stop_group(proc, grace=30)

@@ -19,6 +19,9 @@ celery_app.conf.update(
     worker_redirect_stdouts=False,  # Ray's init fails on Celery's stdout logging proxy
     task_ignore_result=True,  # the database is the source of truth, not a result backend
     broker_connection_retry_on_startup=True,
-    broker_transport_options={"visibility_timeout": 12 * 3600},
     imports=("workers.tasks",),
 )
+if settings.broker_url.startswith(("redis", "rediss")):
+    # Redis redelivers unacked tasks after this long: longer than any job, so only a lost worker
+    # (not a long job) triggers redelivery. The embedded SQLAlchemy transport takes no such option.
+    celery_app.conf.broker_transport_options = {"visibility_timeout": 12 * 3600}

@@ -1,1 +1,227 @@
-"""Celery tasks (thin adapters over engine entry points). Filled in by the jobs API work."""
+"""Celery tasks: thin adapters over `engine.jobs.run_job`.
+
+`keel.run_job(job_id)` joins Ray (once per process), re-reads the job and asserts the world before
+doing anything (a redelivered or duplicated message is a no-op), claims it (`queued` -> `running`,
+attempt + 1), resolves the request, runs it on Ray while a thread heartbeats, and records the
+outcome with conditional updates fenced by the attempt number.
+
+A job whose project is at its running limit, or that arrives while Ray is unreachable, stays queued
+with `dispatched_at` null and the task returns at once: the worker is never blocked, no attempt is
+spent, and the sweeper sends the job again (when the project has a free slot).
+
+The worker's main process also runs the sweeper (`workers.sweeper`) in a thread, from
+`worker_ready` to `worker_shutdown`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from celery.signals import worker_process_init, worker_ready, worker_shutdown
+from sqlalchemy import func, select, update
+
+from core.config import settings
+from core.db import get_engine, session_factory
+from core.events import append_event, publish
+from core.ids import new_id
+from core.models import Job, Model, Project, utcnow
+from engine import jobs
+from engine.cluster import connect
+from engine.config import JobResult
+from engine.errors import Cancelled, EngineError
+from workers.celery_app import celery_app
+from workers.dispatch import RUN_JOB_TASK, request_cancel
+from workers.reporter import ACTIVE, TERMINAL, DBReporter, Heartbeat, json_safe, retry_db, transition
+from workers.resolve import resolve_request
+from workers.sweeper import Sweeper, requeue_or_fail
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """This worker's hold on one attempt of a job."""
+
+    job_id: str
+    attempt: int
+    worker_id: str
+
+
+@celery_app.task(name=RUN_JOB_TASK, ignore_result=True)
+def run_job(job_id: str) -> str:
+    """Run one queued job to a terminal state; returns what happened (for the worker's log)."""
+    try:
+        connect(settings.RAY_ADDRESS or None, num_cpus=settings.RAY_NUM_CPUS)  # once per process
+    except Exception as exc:  # noqa: BLE001 - an outage is not the job's fault: it waits, no attempt spent
+        log.warning("job %s left queued: cannot reach the Ray cluster: %s", job_id, exc)
+        _undispatch(job_id)
+        return "deferred: the Ray cluster is unreachable"
+    claim = claim_job(job_id)
+    if isinstance(claim, str):
+        log.info("job %s: %s", job_id, claim)
+        return claim
+    outcome = execute(claim)
+    log.info("job %s attempt %d: %s", job_id, claim.attempt, outcome)
+    return outcome
+
+
+def claim_job(job_id: str) -> Claim | str:
+    """`queued` -> `running` for this worker, or a reason (str) not to run the job."""
+    token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    tried = False
+
+    def txn() -> Claim | str:
+        nonlocal tried
+        with session_factory()() as db:
+            if tried:  # the previous try may have committed before its answer was lost
+                row = db.execute(select(Job.worker_id, Job.attempts).where(Job.id == job_id)).one_or_none()
+                if row is not None and row.worker_id == token:
+                    return Claim(job_id, row.attempts, token)
+            tried = True
+            job = db.execute(select(Job.status, Job.project_id).where(Job.id == job_id)).one_or_none()
+            if job is None:
+                return "no such job"
+            if job.status != "queued":
+                return job.status  # finished, running elsewhere, or cancelling (handled below)
+            # One claim at a time per project, so the running limit holds under concurrent workers.
+            db.execute(select(Project.id).where(Project.id == job.project_id).with_for_update(key_share=True))
+            running = db.scalar(select(func.count()).select_from(Job)
+                                .where(Job.project_id == job.project_id, Job.status.in_(ACTIVE)))
+            if running >= settings.MAX_RUNNING_JOBS_PER_PROJECT:
+                db.rollback()
+                _undispatch(job_id)
+                return "deferred: the project is at its running-job limit"
+            now = utcnow()
+            attempt = db.scalar(update(Job).where(Job.id == job_id, Job.status == "queued")
+                                .values(status="running", attempts=Job.attempts + 1, worker_id=token,
+                                        heartbeat_at=now, started_at=func.coalesce(Job.started_at, now))
+                                .returning(Job.attempts).execution_options(synchronize_session=False))
+            if attempt is None:
+                db.rollback()
+                return "claimed by another worker"
+            event = append_event(db, job_id, "job.status", {"status": "running"}, commit=False)
+            db.commit()
+        publish(event)
+        return Claim(job_id, attempt, token)
+
+    outcome = retry_db(txn, what=f"claim job {job_id}")
+    if outcome == "cancelling" and request_cancel(job_id):  # unless a live worker is stopping it
+        return "cancelled before it started"
+    if outcome in TERMINAL:
+        return f"already {outcome}"
+    return outcome
+
+
+def _undispatch(job_id: str) -> None:
+    """Leave a queued job for the sweeper to send again (when its project has a free slot)."""
+    def txn() -> None:
+        with session_factory()() as db:
+            db.execute(update(Job).where(Job.id == job_id, Job.status == "queued").values(dispatched_at=None)
+                       .execution_options(synchronize_session=False))
+            db.commit()
+
+    retry_db(txn, what=f"undispatch job {job_id}")
+
+
+def execute(claim: Claim) -> str:
+    """Run a claimed attempt and record how it ended."""
+    job_id = claim.job_id
+    lost = threading.Event()
+    reporter = DBReporter(job_id, settings.database_url, redis_url=settings.REDIS_URL, attempt=claim.attempt)
+    reporter.bind_stop_event(lost)
+    with Heartbeat(job_id, claim.attempt, settings.WORKER_HEARTBEAT_S, on_lost=lost.set):
+        try:
+            with session_factory()() as db:
+                job = db.get(Job, job_id)
+                request = resolve_request(db, job)
+                model_name = output_model_name(db, job)
+            result = jobs.run_job(request, reporter)
+        except Cancelled:
+            return finish_cancelled(claim)
+        except EngineError as err:
+            if err.code == "worker_lost":
+                return requeue_or_fail(job_id, claim.attempt, err.message) or "lost the job"
+            return finish_failed(claim, err)
+        except Exception as exc:
+            log.exception("job %s failed with an internal error", job_id)
+            return finish_failed(claim, EngineError(f"internal error: {exc.__class__.__name__}: {exc}",
+                                                    code="internal_error"))
+    return finish_succeeded(claim, job, model_name, result)
+
+
+def _fence(claim: Claim) -> list:
+    return [Job.attempts == claim.attempt, Job.worker_id == claim.worker_id]
+
+
+def finish_succeeded(claim: Claim, job: Job, name: str, result: JobResult) -> str:
+    model_id = new_id("model")
+
+    def register(db) -> None:
+        db.add(Model(id=model_id, project_id=job.project_id, job_id=job.id, name=name, kind=result.model_kind,
+                     format=result.model_format, base_model=job.model, path=result.output_dir))
+
+    values = {"finished_at": utcnow(), "output_model_id": model_id, "error": None}
+    if result.metrics:
+        values["latest_metrics"] = json_safe(dict(result.metrics))
+    done = transition(claim.job_id, "succeeded", expect=ACTIVE, where=_fence(claim), values=values, then=register,
+                      after=[("job.done", {"status": "succeeded"})])
+    return f"succeeded: {model_id}" if done else "finished, but the job had moved on"
+
+
+def finish_failed(claim: Claim, err: EngineError) -> str:
+    error = {"code": err.code, "message": err.message}
+    if err.param:
+        error["param"] = err.param
+    if not err.user_error:
+        log.error("job %s: system error %s: %s", claim.job_id, err.code, err.message)
+    done = transition(claim.job_id, "failed", expect=ACTIVE, where=_fence(claim),
+                      values={"finished_at": utcnow(), "error": error}, before=[("job.error", error)],
+                      after=[("job.done", {"status": "failed"})])
+    return f"failed: {err.code}" if done else "failed, but the job had moved on"
+
+
+def finish_cancelled(claim: Claim) -> str:
+    done = transition(claim.job_id, "cancelled", expect=ACTIVE, where=_fence(claim),
+                      values={"finished_at": utcnow()}, after=[("job.done", {"status": "cancelled"})])
+    return "cancelled" if done else "stopped: the job is no longer this attempt's"
+
+
+def output_model_name(db, job: Job) -> str:
+    """`<base model name>:<suffix>` (the method when there is no suffix)."""
+    if job.model.startswith("model-"):
+        base_model = db.get(Model, job.model)
+        base = base_model.name if base_model is not None else job.model
+    else:
+        base = Path(job.model.rstrip("/")).name or job.model
+    suffix = (job.spec or {}).get("suffix") or job.method
+    return f"{base}:{suffix}"[-200:]
+
+
+# --- worker process lifecycle ---------------------------------------------------------------------
+
+_sweeper: Sweeper | None = None
+
+
+@worker_process_init.connect
+def _fresh_database_pool(**_: object) -> None:
+    """A forked pool process must not share the parent's database connections."""
+    get_engine().dispose(close=False)
+
+
+@worker_ready.connect
+def _start_sweeper(**_: object) -> None:
+    global _sweeper
+    _sweeper = Sweeper()
+    _sweeper.start()
+
+
+@worker_shutdown.connect
+def _stop_sweeper(**_: object) -> None:
+    if _sweeper is not None:
+        _sweeper.stop()

@@ -1,0 +1,190 @@
+"""Run one job: the method's entry point inside a named Ray actor, so that a cancel can kill it.
+
+`run_job` starts a controller actor `keel-job-<job_id>` (namespace `keel`) and calls the method
+there. The controller reserves no CPUs of its own: the method reserves what its worker actors need,
+except where the method trains in the controller itself (`IN_CONTROLLER`), which then holds that one
+worker's CPUs and GPUs (so Ray counts them, and gives it its GPU). The caller's process only
+waits, polling `reporter.should_stop()` every second; when it turns true the controller is killed,
+and with it every actor and placement group it created, then `Cancelled` is raised.
+
+The controller is a *detached* actor. Placement groups created by a non-detached actor belong to
+the driver process and outlive a killed controller (its CPUs would stay reserved until the worker
+process exits); a detached controller's placement groups die with it. A detached actor also
+outlives a dead caller, so the controller guards itself: when the reporter has said "stop" for
+`ORPHAN_GRACE_S` and nobody killed it (the caller is gone), it exits on its own. A re-run of the
+same job kills a leftover controller by name before starting a new one.
+
+This module imports no torch: the entry points are imported by name inside the actor.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from engine.cluster import connect
+from engine.config import JobRequest, JobResult
+from engine.errors import Cancelled, ConfigError, EngineError
+from engine.reporting import Reporter
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "keel"
+ENTRY_POINTS: dict[str, tuple[str, str]] = {
+    "sft": ("engine.sft", "run_sft"),
+    "reward_model": ("engine.reward_model", "run_reward_model"),
+    "rm_distill": ("engine.reward_model", "run_rm_distill"),
+    "ppo": ("engine.ppo", "run_ppo"),
+}
+"""Method name -> (module, function); imported only when a job of that method runs."""
+IN_CONTROLLER = frozenset({"sft", "reward_model", "rm_distill"})
+"""Methods that train in the calling process when `resources.num_workers == 1` (the default of
+`engine.distributed.make_group`); PPO always starts role actors."""
+POLL_S = 1.0
+"""How often the caller checks for completion and for a stop request."""
+START_TIMEOUT_S = 600.0
+"""A controller no node can host this long (e.g. GPUs asked of a CPU cluster) fails the job."""
+ORPHAN_GRACE_S = 15.0
+"""A controller told to stop that is still alive this long later has lost its caller: it exits."""
+
+
+def actor_name(job_id: str) -> str:
+    return f"keel-job-{job_id}"
+
+
+def entry_point(method: str) -> Callable[[JobRequest, Reporter], JobResult]:
+    """The method's `fn(request, reporter) -> JobResult`."""
+    if method not in ENTRY_POINTS:
+        raise ConfigError(f"unknown method {method!r}", param="method")
+    module, name = ENTRY_POINTS[method]
+    return getattr(importlib.import_module(module), name)
+
+
+class JobController:
+    """Runs one method in this process. The Ray actor is a thin shell around this plain class."""
+
+    def run(self, request: JobRequest, reporter: Reporter) -> JobResult:
+        threading.Thread(target=self._exit_when_orphaned, args=(reporter,), daemon=True,
+                         name="keel-orphan-guard").start()
+        return entry_point(request.method)(request, reporter)
+
+    @staticmethod
+    def _exit_when_orphaned(reporter: Reporter) -> None:
+        stop_seen: float | None = None
+        while True:
+            time.sleep(POLL_S)
+            try:
+                stopping = reporter.should_stop()
+            except Exception as exc:  # noqa: BLE001 - the reporter's store is down: ask again later
+                log.warning("stop check failed: %s", exc)
+                continue
+            if not stopping:
+                stop_seen = None
+            elif stop_seen is None:
+                stop_seen = time.monotonic()
+            elif time.monotonic() - stop_seen > ORPHAN_GRACE_S:
+                log.warning("job controller told to stop %.0f s ago and not killed: exiting", ORPHAN_GRACE_S)
+                os._exit(1)
+
+
+@functools.cache
+def _controller_actor() -> Any:
+    import ray
+
+    return ray.remote(JobController)
+
+
+def controller_resources(request: JobRequest) -> dict[str, float]:
+    """What the controller actor reserves: the single worker's share when it trains in-process."""
+    res = request.resources
+    if request.method in IN_CONTROLLER and res.num_workers == 1:
+        return {"num_cpus": res.cpus_per_worker, "num_gpus": res.gpus_per_worker}
+    return {"num_cpus": 0, "num_gpus": 0}
+
+
+def _actor_options(request: JobRequest) -> dict[str, Any]:
+    # The actor imports `engine` from the same place this process does, even if it is not installed.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    return {"name": actor_name(request.job_id), "namespace": NAMESPACE, "lifetime": "detached",
+            "max_restarts": 0, "runtime_env": {"env_vars": {"PYTHONPATH": pythonpath}},
+            **controller_resources(request)}
+
+
+def kill_controller(job_id: str, wait_s: float = 10.0) -> bool:
+    """Kill the job's controller if one is alive (and with it its workers), waiting up to `wait_s`
+    for its name to be free again; True if there was one."""
+    import ray
+
+    try:
+        actor = ray.get_actor(actor_name(job_id), namespace=NAMESPACE)
+    except ValueError:
+        return False
+    ray.kill(actor, no_restart=True)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(actor_name(job_id), namespace=NAMESPACE)
+        except ValueError:
+            break
+        time.sleep(0.1)
+    return True
+
+
+def run_job(request: JobRequest, reporter: Reporter) -> JobResult:
+    """Run `request` with the entry point of `request.method` in the actor `keel-job-<job_id>`.
+
+    Raises the method's `EngineError` with its code intact; `Cancelled` when `reporter.should_stop()`
+    turned true (the actor is killed within about `POLL_S` of it); `EngineError(code="worker_lost")`
+    when the controller process died.
+    """
+    import ray
+
+    connect(request.ray_address)
+    if kill_controller(request.job_id):
+        log.warning("killed a leftover controller of job %s", request.job_id)
+    actor = _controller_actor().options(**_actor_options(request)).remote()
+    try:
+        started = actor.__ray_ready__.remote()
+        ref = actor.run.remote(request, reporter)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            ready, _ = ray.wait([ref], timeout=POLL_S)
+            if ready:
+                return _result(ref, reporter)
+            if reporter.should_stop():
+                raise Cancelled("job cancelled")
+            if started is not None and ray.wait([started], timeout=0)[0]:
+                started = None
+            elif started is not None and time.monotonic() > deadline:
+                raise EngineError(f"no Ray node could host the job's controller "
+                                  f"({controller_resources(request)}) within {START_TIMEOUT_S:.0f} s",
+                                  code="resources_unavailable")
+    finally:
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception as exc:  # noqa: BLE001 - already gone, or Ray itself is: nothing left to free
+            log.debug("killing the controller of %s: %s", request.job_id, exc)
+
+
+def _result(ref: Any, reporter: Reporter) -> JobResult:
+    """`ray.get(ref)` with Ray's wrapping removed."""
+    import ray
+
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as err:
+        cause = getattr(err, "cause", None)
+        if isinstance(cause, BaseException):
+            raise cause from None
+        raise EngineError(f"the job controller failed: {err}", code="internal_error") from None
+    except ray.exceptions.RayActorError as err:
+        if reporter.should_stop():
+            raise Cancelled("job cancelled") from None
+        raise EngineError(f"the job controller died: {err}", code="worker_lost") from None

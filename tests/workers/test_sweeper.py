@@ -1,0 +1,170 @@
+"""The outbox and the sweeper: undispatched jobs get sent (within the project limit, once even with
+several sweepers), lost workers' jobs are re-queued, capped, or finish cancelling.
+
+A sweep covers the whole table, other tests' jobs included: assertions look at this test's jobs only."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from factories import add_file, add_job, add_running_job, events_of, get_job
+from kombu.exceptions import OperationalError as BrokerDown
+from sqlalchemy import update
+
+from core.db import session_scope
+from core.models import Job, utcnow
+from workers import dispatch
+from workers.sweeper import dispatch_pending, recover_lost_jobs, sweep_once
+
+
+@pytest.fixture
+def sent(monkeypatch) -> list[str]:
+    """Record what would be published instead of sending it (these jobs are not meant to run)."""
+    calls: list[str] = []
+    lock = threading.Lock()
+
+    def publish(job_id: str) -> None:
+        with lock:
+            calls.append(job_id)
+
+    monkeypatch.setattr(dispatch, "_publish", publish)
+    return calls
+
+
+def test_enqueue_marks_dispatched(project_id, sent):
+    job = add_job(project_id, add_file(project_id))
+    assert dispatch.enqueue_job(job) is True
+    assert sent == [job] and get_job(job).dispatched_at is not None
+    assert dispatch.enqueue_job(job) is True  # already sent (by a sweeper, say): not sent twice
+    assert sent == [job]
+
+
+def test_broker_down_leaves_the_job_in_the_outbox_for_the_sweeper(project_id, sent, monkeypatch):
+    job = add_job(project_id, add_file(project_id))
+
+    def down(job_id: str) -> None:
+        raise BrokerDown("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    with monkeypatch.context() as m:
+        m.setattr(dispatch, "_publish", down)
+        assert dispatch.enqueue_job(job) is False
+        assert dispatch_pending() == []  # still down: the sweep stops at the first refusal
+    row = get_job(job)
+    assert (row.status, row.dispatched_at) == ("queued", None)
+    assert job in dispatch_pending()  # the broker is back
+    assert sent.count(job) == 1 and get_job(job).dispatched_at is not None
+
+
+def test_real_broker_receives_the_task(project_id):
+    import redis
+
+    from core.config import settings
+    from workers.celery_app import JOB_QUEUE
+
+    job = add_job(project_id, add_file(project_id))
+    assert dispatch.enqueue_job(job) is True
+    broker = redis.Redis.from_url(settings.BROKER_URL)
+    mine = [m for m in broker.lrange(JOB_QUEUE, 0, -1) if job.encode() in m]
+    assert len(mine) == 1
+    broker.lrem(JOB_QUEUE, 1, mine[0])  # not meant to run
+
+
+def test_dispatch_respects_the_project_running_limit(project_id, sent):
+    f = add_file(project_id)
+    running = [add_running_job(project_id, f) for _ in range(2)]
+    waiting = [add_job(project_id, f) for _ in range(3)]
+
+    def mine(sent_now: list[str]) -> list[str]:
+        return [j for j in sent_now if j in waiting]
+
+    assert mine(dispatch_pending(max_running=2)) == []
+    with session_scope() as db:
+        db.execute(update(Job).where(Job.id == running[0]).values(status="succeeded"))
+    assert mine(dispatch_pending(max_running=2)) == [waiting[0]]  # one free slot, oldest first
+    assert mine(dispatch_pending(max_running=2)) == []  # the sent one holds the slot until it runs
+
+
+def test_concurrent_sweepers_send_each_job_once(project_id, sent):
+    f = add_file(project_id)
+    jobs = [add_job(project_id, f) for _ in range(6)]
+    barrier = threading.Barrier(4)
+
+    def sweep():
+        barrier.wait()
+        dispatch_pending(max_running=100)
+
+    threads = [threading.Thread(target=sweep) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(j for j in sent if j in jobs) == sorted(jobs)
+
+
+def test_a_job_sent_long_ago_and_never_taken_is_sent_again(project_id, sent):
+    job = add_job(project_id, add_file(project_id), dispatched_at=utcnow() - timedelta(hours=1))
+    assert job in dispatch_pending(redispatch_after_s=600)
+    assert job not in dispatch_pending(redispatch_after_s=600)
+
+
+def test_lost_worker_job_is_requeued(project_id, sent):
+    f = add_file(project_id)
+    lost = add_running_job(project_id, f, heartbeat_age_s=30)
+    alive = add_running_job(project_id, f, heartbeat_age_s=1)
+    result = sweep_once(heartbeat_timeout_s=10)
+    assert lost in result.requeued and alive not in result.requeued + result.failed
+    assert lost in result.dispatched  # and sent again at once (the project has a free slot)
+    row = get_job(lost)
+    assert (row.status, row.attempts, row.worker_id, row.heartbeat_at) == ("queued", 1, None, None)
+    events = events_of(lost)
+    assert [e.type for e in events] == ["job.warning", "job.status"]
+    assert events[0].data["code"] == "worker_lost" and events[0].data["data"]["attempt"] == 1
+    assert events[1].data == {"status": "queued"}
+    assert get_job(alive).status == "running"
+
+
+def test_lost_worker_after_the_last_attempt_fails_the_job(project_id, sent):
+    job = add_running_job(project_id, add_file(project_id), heartbeat_age_s=30, attempts=3)
+    result = recover_lost_jobs(heartbeat_timeout_s=10, max_attempts=3)
+    assert job in result.failed
+    row = get_job(job)
+    assert row.status == "failed" and row.error["code"] == "worker_lost" and row.finished_at is not None
+    assert [(e.type, e.data.get("status") or e.data.get("code")) for e in events_of(job)] == [
+        ("job.error", "worker_lost"), ("job.status", "failed"), ("job.done", "failed")]
+
+
+def test_cancelling_job_whose_worker_died_is_cancelled(project_id, sent):
+    job = add_running_job(project_id, add_file(project_id), heartbeat_age_s=30, status="cancelling")
+    assert job in recover_lost_jobs(heartbeat_timeout_s=10).cancelled
+    assert get_job(job).status == "cancelled"
+    assert [e.data for e in events_of(job)] == [{"status": "cancelled"}, {"status": "cancelled"}]
+
+
+def test_request_cancel_finishes_a_job_no_worker_runs(project_id):
+    f = add_file(project_id)
+    idle = add_job(project_id, f, status="cancelling")
+    running = add_running_job(project_id, f, status="cancelling")
+    assert dispatch.request_cancel(idle) is True
+    assert get_job(idle).status == "cancelled"
+    assert dispatch.request_cancel(running) is False  # its worker stops it
+    assert get_job(running).status == "cancelling"
+
+
+def test_several_sweepers_requeue_a_lost_job_once(project_id, sent):
+    job = add_running_job(project_id, add_file(project_id), heartbeat_age_s=30)
+    barrier = threading.Barrier(3)
+    results = []
+
+    def sweep():
+        barrier.wait()
+        results.append(recover_lost_jobs(heartbeat_timeout_s=10))
+
+    threads = [threading.Thread(target=sweep) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(r.requeued.count(job) for r in results) == 1
+    assert [e.type for e in events_of(job)] == ["job.warning", "job.status"]

@@ -1,0 +1,148 @@
+"""Turn a job row into the engine's `JobRequest`: every reference becomes a local path.
+
+- model refs: a Keel model id -> that model's directory; an absolute directory -> itself, if it lies
+  under a model root; anything else (a hub id) is passed through for the engine to load;
+- file ids -> their local paths in the artifact store;
+- hyperparameters -> the method's frozen config (`engine.config.build_config`);
+- outputs: `jobs/<job_id>/output` and `jobs/<job_id>/checkpoints` in the artifact store;
+- `resume_from`: this job's newest complete checkpoint (a re-queued job continues where it stopped),
+  else the checkpoint named by `from_checkpoint`.
+
+Reference problems raise user errors (`EngineError` with `user_error`): the job fails with their code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from core.config import settings
+from core.models import Checkpoint, File, Job, Model
+from core.storage import get_storage
+from engine.config import METHOD_CONFIGS, JobRequest, Resources, build_config
+from engine.errors import ConfigError, EngineError, ModelNotAllowed
+
+COMPLETE_MARKER = "COMPLETE"
+"""Written last into a checkpoint directory (`engine.checkpoint`); without it a directory is ignored."""
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+class MissingReference(EngineError):
+    """A file, model or checkpoint the job names is gone or not usable."""
+
+    code = "invalid_reference"
+    user_error = True
+
+
+def job_dirs(job_id: str) -> tuple[str, str]:
+    """(output dir, checkpoint dir) of a job in the local artifact store."""
+    storage = get_storage()
+    if not storage.is_local:
+        raise EngineError("workers need a local artifact store (KEEL_STORAGE_URL)", code="storage_not_local")
+    root = storage.local_path(f"jobs/{job_id}")
+    return str(root / "output"), str(root / "checkpoints")
+
+
+def allowed_model_roots() -> tuple[str, ...]:
+    """The deployment's model roots plus Keel's own job outputs."""
+    jobs_root = Path(get_storage().local_path("jobs")).resolve()
+    return (*settings.model_roots, str(jobs_root))
+
+
+def resolve_request(db: Session, job: Job) -> JobRequest:
+    spec: dict[str, Any] = job.spec or {}
+    method_spec: dict[str, Any] = spec.get("method") or {}
+    method = method_spec.get("type") or job.method
+    if method not in METHOD_CONFIGS:
+        raise ConfigError(f"unknown method {method!r}", param="method.type")
+    config = build_config(METHOD_CONFIGS[method], method_spec.get("hyperparameters"))
+    output_dir, checkpoint_dir = job_dirs(job.id)
+    roots = allowed_model_roots()
+    reward: dict[str, Any] = {}
+    if method == "ppo":
+        reward_spec = method_spec.get("reward") or {}
+        if reward_spec.get("model"):
+            reward = {"model_path": resolve_model(db, job.project_id, reward_spec["model"], roots,
+                                                  "method.reward.model")}
+        else:
+            reward = {"function": reward_spec.get("function"), "options": dict(reward_spec.get("options") or {})}
+    teacher = method_spec.get("teacher")
+    return JobRequest(
+        job_id=job.id,
+        method=method,
+        config=config,
+        model_path=resolve_model(db, job.project_id, job.model or spec["model"], roots, "model"),
+        training_file=file_path(db, job.project_id, job.training_file_id, "training_file"),
+        validation_file=(file_path(db, job.project_id, job.validation_file_id, "validation_file")
+                         if job.validation_file_id else None),
+        output_dir=output_dir,
+        checkpoint_dir=checkpoint_dir,
+        seed=job.seed,
+        resume_from=latest_complete_checkpoint(checkpoint_dir)
+        or from_checkpoint(db, job.project_id, spec.get("from_checkpoint")),
+        teacher_path=resolve_model(db, job.project_id, teacher, roots, "method.teacher") if teacher else None,
+        reward=reward,
+        resources=resources(spec.get("resources")),
+        allowed_model_roots=roots,
+        ray_address=settings.RAY_ADDRESS or None,
+    )
+
+
+def resolve_model(db: Session, project_id: str, ref: str, roots: tuple[str, ...], param: str) -> str:
+    """A Keel model id -> its directory; an absolute path -> itself if under `roots`; else a hub id."""
+    if ref.startswith("model-"):
+        model = db.get(Model, ref)
+        if model is None or model.project_id != project_id:
+            raise MissingReference(f"{param}: model {ref} no longer exists", param=param)
+        return model.path
+    if os.path.isabs(ref):
+        path = Path(ref).resolve()
+        if not any(path.is_relative_to(root) for root in roots):
+            raise ModelNotAllowed(f"{param}: {ref!r} is not under an allowed model root", param=param)
+        if not path.is_dir():
+            raise ModelNotAllowed(f"{param}: no model directory at {ref!r}", param=param)
+        return str(path)
+    return ref
+
+
+def file_path(db: Session, project_id: str, file_id: str, param: str) -> str:
+    file = db.get(File, file_id)
+    if file is None or file.project_id != project_id or file.deleted_at is not None:
+        raise MissingReference(f"{param}: file {file_id} no longer exists", param=param)
+    path = get_storage().local_path(file.storage_key)
+    if not path.is_file():
+        raise MissingReference(f"{param}: the bytes of file {file_id} are missing", param=param)
+    return str(path)
+
+
+def latest_complete_checkpoint(root: str) -> str | None:
+    """The newest `step_<N>` directory under `root` holding the completion marker, or None."""
+    if not os.path.isdir(root):
+        return None
+    steps = [(int(m.group(1)), entry.path) for entry in os.scandir(root)
+             if (m := _STEP_DIR.match(entry.name)) and entry.is_dir()
+             and os.path.isfile(os.path.join(entry.path, COMPLETE_MARKER))]
+    return max(steps)[1] if steps else None
+
+
+def from_checkpoint(db: Session, project_id: str, checkpoint_id: str | None) -> str | None:
+    if not checkpoint_id:
+        return None
+    ckpt = db.get(Checkpoint, checkpoint_id)
+    if ckpt is None or ckpt.project_id != project_id:
+        raise MissingReference(f"from_checkpoint: checkpoint {checkpoint_id} no longer exists",
+                              param="from_checkpoint")
+    if not os.path.isfile(os.path.join(ckpt.path, COMPLETE_MARKER)):
+        raise MissingReference(f"from_checkpoint: the files of checkpoint {checkpoint_id} are missing",
+                              param="from_checkpoint")
+    return ckpt.path
+
+
+def resources(data: dict[str, Any] | None) -> Resources:
+    names = {f.name for f in dataclasses.fields(Resources)}
+    return Resources(**{k: v for k, v in (data or {}).items() if k in names})
