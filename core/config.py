@@ -39,7 +39,7 @@ class Settings(BaseSettings):
     STORAGE_URL: str = ""
     """Artifact store: a local directory (default HOME/artifacts) or any fsspec URL."""
     MODEL_ROOTS: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    """Directories workers may load base models from (JSON list or comma-separated)."""
+    """Directories workers may load base models from (JSON list or comma-separated; empty = HOME/models)."""
     MAX_UPLOAD_BYTES: int = 2 * 1024**3
     MAX_RUNNING_JOBS_PER_PROJECT: int = 2
     WORKER_HEARTBEAT_S: float = 5.0
@@ -83,8 +83,9 @@ class Settings(BaseSettings):
 
     @property
     def model_roots(self) -> list[str]:
-        """Allowed base-model directories; Keel's own outputs are always allowed."""
-        return [str(Path(r).expanduser().resolve()) for r in self.MODEL_ROOTS]
+        """Allowed base-model directories (default: HOME/models); Keel's own outputs are always allowed."""
+        roots = self.MODEL_ROOTS or [str(self.home / "models")]
+        return [str(Path(r).expanduser().resolve()) for r in roots]
 
 
 settings = Settings()
