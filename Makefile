@@ -21,6 +21,7 @@ run: setup
 
 test: setup
 	bash scripts/test-services.sh
+	bash scripts/test-browser.sh
 	$(BIN)/python -m pytest
 
 test-fast: setup

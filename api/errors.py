@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,16 @@ def _loc_to_param(loc: tuple[Any, ...] | list[Any]) -> str | None:
 _UNION_TAGS = {"sft", "reward_model", "rm_distill", "ppo"}
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at the request's path (RFC 9110: a 405's `Allow` lists them all)."""
+    routes = request.app.router.routes
+    return [m for m in _METHODS
+            if any(r.matches({**request.scope, "method": m})[0] == Match.FULL for r in routes)]
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError):
@@ -89,8 +100,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
         code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized"}.get(exc.status_code, "http_error")
-        return problem_response(request, exc.status_code, code, str(exc.detail),
-                                headers=getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:  # Starlette names the first matching route's methods only
+            headers = {**(headers or {}), "Allow": ", ".join(_allowed_methods(request))}
+        return problem_response(request, exc.status_code, code, str(exc.detail), headers=headers)
 
     @app.exception_handler(OperationalError)
     async def _db_down(request: Request, exc: OperationalError):

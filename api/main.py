@@ -4,16 +4,78 @@ from __future__ import annotations
 
 import logging
 import uuid
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.routing import APIRoute
 
-from api import errors
-from api.routes import health
+from api import docs, errors, streams
+from api.routes import checkpoints, events, files, health, jobs, models
 from core.config import settings
 
 DESCRIPTION = """Keel is an offline-RLHF training service: upload datasets, run SFT, reward-model,
-reward-model distillation and PPO jobs, and follow them live."""
+reward-model distillation and PPO jobs, and follow them live.
+
+## Authentication
+Every `/v1` route takes a project API key as a bearer token. `keel up` prints the first key (and saves it
+to `.keel/api_key`); `keel keys create --project NAME` makes more.
+
+```
+curl -H "Authorization: Bearer keel_..." http://127.0.0.1:8000/v1/files
+```
+
+A missing or revoked key is a `401`; too many requests for one key is a `429` with `Retry-After`.
+
+## Errors
+Errors are [RFC 9457](https://www.rfc-editor.org/rfc/rfc9457) problem details with the media type
+`application/problem+json`, plus Keel's machine-readable `code`, the offending request field `param`
+(dotted, e.g. `method.hyperparameters.optim.lr`) and the `request_id` (also in the `X-Request-ID`
+response header; send your own `X-Request-ID` to correlate logs).
+
+```json
+{"type": "/problems/not_found", "title": "Not Found", "status": 404, "code": "not_found",
+ "detail": "No job with id 'job-123'.", "param": "job_id", "request_id": "req_5f0c..."}
+```
+
+## Pagination
+List routes are cursor-paginated, newest first: `limit` (1-100) and `after` (the `last_id` of the page
+you hold). A page is `{"object": "list", "data": [...], "has_more": true, "first_id": ..., "last_id": ...}`.
+
+```
+GET /v1/jobs?limit=20                          -> {"data": [...], "has_more": true, "last_id": "job-01jb8x..."}
+GET /v1/jobs?limit=20&after=job-01jb8x...      -> the next 20, older
+```
+
+A job's event log pages oldest first by sequence number instead: `GET /v1/jobs/{job_id}/events?after=SEQ`.
+
+## Idempotency
+`POST` routes that create something accept an `Idempotency-Key` header (any unique string, e.g. a
+UUID). Retrying with the same key and the same body returns the first response (with the header
+`Idempotent-Replayed: true`) instead of acting twice; the same key with a different request is a `422`
+(`idempotency_mismatch`). Keys are kept 24 hours.
+
+```
+curl -X POST -H "Idempotency-Key: 5b0e4d1c-..." -H "Content-Type: application/json" \\
+     -H "Authorization: Bearer keel_..." -d @job.json http://127.0.0.1:8000/v1/jobs
+```
+
+## Server-sent events
+`GET /v1/jobs/{job_id}/events/stream` streams a job's events (`text/event-stream`) until it finishes:
+`job.status`, `job.metrics`, `job.checkpoint`, `job.log`, `job.warning`, `job.error`, `job.done`. Each
+event's `id` is its sequence number; after a dropped connection, reconnect with the `Last-Event-ID`
+header (browsers' `EventSource` does this itself) and the stream resumes with the next event, nothing
+lost and nothing repeated. A comment line (`: ping`) keeps idle connections open every 15 s. The
+SDK's `keel_client.stream_events()` reconnects for you; `keel jobs watch JOB` draws it as a progress bar.
+
+```
+curl -N -H "Authorization: Bearer keel_..." -H "Last-Event-ID: 41" \\
+     http://127.0.0.1:8000/v1/jobs/job-01jb8x.../events/stream
+
+id: 42
+event: job.metrics
+data: {"object":"job.event","seq":42,"type":"job.metrics","data":{"step":12,"total_steps":50,"values":{"actor/pg_loss":0.03}},"created_at":1767052800}
+```
+"""
 
 
 def _operation_id(route: APIRoute) -> str:
@@ -21,11 +83,19 @@ def _operation_id(route: APIRoute) -> str:
     return route.name
 
 
+@asynccontextmanager
+async def _lifespan(app: FastAPI):
+    yield
+    await streams.shutdown()  # the live-event listener of this process
+
+
 def create_app() -> FastAPI:
     logging.basicConfig(level=settings.LOG_LEVEL)
     app = FastAPI(title="Keel", version="0.1.0", description=DESCRIPTION,
-                  generate_unique_id_function=_operation_id)
+                  generate_unique_id_function=_operation_id, docs_url=None, redoc_url=None,
+                  lifespan=_lifespan)
     errors.install(app)
+    docs.install(app)
 
     @app.middleware("http")
     async def request_id(request: Request, call_next):
@@ -38,6 +108,11 @@ def create_app() -> FastAPI:
         return response
 
     app.include_router(health.router)
+    app.include_router(files.router)
+    app.include_router(jobs.router)
+    app.include_router(events.router)
+    app.include_router(checkpoints.router)
+    app.include_router(models.router)
     return app
 
 

@@ -72,5 +72,5 @@ def publish(event: JobEvent) -> None:
         return
     try:
         client.publish(channel(event.job_id), json.dumps(event_payload(event)))
-    except Exception as exc:  # a Redis outage must never fail the writer
+    except Exception as exc:  # noqa: BLE001 - a Redis outage must never fail the writer
         log.warning("event publish failed for %s seq %s: %s", event.job_id, event.seq, exc)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -41,7 +41,7 @@ def utcnow() -> datetime:
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map = {dict[str, Any]: JSONType, list[Any]: JSONType, datetime: Timestamp}
+    type_annotation_map: ClassVar = {dict[str, Any]: JSONType, list[Any]: JSONType, datetime: Timestamp}
 
 
 class Project(Base):

@@ -327,18 +327,13 @@ def _coerce(value: Any, hint: Any, path: str) -> Any:
         if value is None:
             return None
         raise ConfigError(f"{path} must be null", param=path)
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif hint is float:
-        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-            return float(value)
-    elif hint is str:
-        if isinstance(value, str):
-            return value
+    is_number = isinstance(value, int | float) and not isinstance(value, bool)
+    if (hint is bool and isinstance(value, bool)) or (hint is str and isinstance(value, str)):
+        return value
+    if hint is int and is_number and isinstance(value, int):
+        return value
+    if hint is float and is_number and math.isfinite(value):
+        return float(value)
     raise ConfigError(f"{path} has an invalid value {value!r}", param=path)
 
 
@@ -377,9 +372,9 @@ def _check(config: Any, prefix: str) -> None:
         if config.algorithm.adv_estimator == "grpo" and config.rollout.n < 2:
             raise ConfigError("grpo needs rollout.n >= 2 (advantages are relative within a group)",
                               param=prefix + "rollout.n")
-    if isinstance(config, SFTConfig | RewardModelConfig | RMDistillConfig):
-        if config.micro_batch_size_per_gpu > config.data.train_batch_size:
-            fail("micro_batch_size_per_gpu", "micro_batch_size_per_gpu must not exceed data.train_batch_size")
+    if (isinstance(config, SFTConfig | RewardModelConfig | RMDistillConfig)
+            and config.micro_batch_size_per_gpu > config.data.train_batch_size):
+        fail("micro_batch_size_per_gpu", "micro_batch_size_per_gpu must not exceed data.train_batch_size")
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:

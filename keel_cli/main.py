@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
+from keel_cli.client import checkpoints_app, files_app, jobs_app
+from keel_cli.demo import demo
 from keel_cli.server import api, create_key, keys_app, migrate, up, worker
 
 app = typer.Typer(help="Keel: an offline-RLHF training service.", no_args_is_help=True)
@@ -14,10 +17,14 @@ app.command()(api)
 app.command()(worker)
 app.command()(migrate)
 app.add_typer(keys_app, name="keys")
+app.add_typer(files_app, name="files")
+app.add_typer(jobs_app, name="jobs")
+app.add_typer(checkpoints_app, name="checkpoints")
+app.command()(demo)
 
 
 @app.command("demo-assets")
-def demo_assets(out_dir: Path = typer.Argument(..., help="Directory to write the demo model and data to.")) -> None:
+def demo_assets(out_dir: Annotated[Path, typer.Argument(help="Directory to write the demo model and data to.")]) -> None:
     """Build the deterministic demo tokenizer, tiny models and datasets."""
     from engine.demo import build_demo_assets
 

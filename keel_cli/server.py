@@ -77,10 +77,17 @@ def up(concurrency: int = typer.Option(1, help="Jobs run at once by the embedded
     else:
         typer.echo(f"  API key: see {s.home / 'api_key'} (or `keel keys create --project default`)")
     typer.echo("Press Ctrl-C to stop.\n")
+    # uvicorn restores the previous SIGTERM handler after its graceful shutdown and re-raises the
+    # signal: this handler turns it into an exception, so the worker below is stopped on TERM too.
+    signal.signal(signal.SIGTERM, _raise_system_exit)
     try:
         api(host=None, port=None)
     finally:
         _stop(worker_proc)
+
+
+def _raise_system_exit(signum, _frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _stop(proc: subprocess.Popen, grace: float = 15.0) -> None:

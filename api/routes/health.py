@@ -26,7 +26,7 @@ def readyz(request: Request):
     try:
         with get_engine().connect() as conn:
             conn.execute(text("SELECT 1"))
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure to answer means not ready
         down.append("database")
     if not broker_reachable(timeout=2.0):
         down.append("broker")

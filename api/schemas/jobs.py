@@ -134,7 +134,7 @@ class JobCreate(Strict):
     def _method_type(cls, data: Any) -> Any:
         # Name `method.type` itself when it is missing or unknown (the union alone would say `method`).
         method = data.get("method") if isinstance(data, dict) else None
-        if isinstance(method, dict) and method.get("type") not in FILE_PURPOSE:
+        if isinstance(method, dict) and not (isinstance(method.get("type"), str) and method["type"] in FILE_PURPOSE):
             raise errors_at("JobCreate", (("method", "type"), method.get("type"),
                                           f"must be one of {', '.join(FILE_PURPOSE)}"))
         return data

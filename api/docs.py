@@ -1,0 +1,104 @@
+"""The API's documentation: the OpenAPI document's finishing touches, and offline Swagger UI at
+`/docs` and ReDoc at `/redoc` whose JS/CSS the app serves itself.
+
+The assets come from the `fastapi-offline` package (a pip dependency), so the pages work with no
+internet and no CDN. Only this module knows where the files live."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+
+from api.errors import PROBLEM_JSON, Problem
+
+ASSETS_PATH = "/docs-assets"
+ASSET_FILES = ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js", "favicon.png")
+
+TAGS = [
+    {"name": "files", "description": "Datasets: upload (checked and deduplicated), list, preview, download, delete."},
+    {"name": "jobs", "description": "Training jobs (SFT, reward model, RM distillation, PPO): create, follow, cancel."},
+    {"name": "events", "description": "A job's event log: paged, as metric series, and live as server-sent events."},
+    {"name": "checkpoints", "description": "A job's checkpoints, downloadable as tar archives."},
+    {"name": "models", "description": "Trained models: usable as the base, teacher or reward model of later jobs."},
+    {"name": "health", "description": "Liveness and readiness probes."},
+]
+"""Tag order and descriptions as the docs pages show them."""
+
+_PROBLEM_REF = "#/components/schemas/Problem"
+_FASTAPI_422 = ("HTTPValidationError", "ValidationError")
+
+
+def problem_json_errors(schema: dict[str, Any]) -> dict[str, Any]:
+    """Make every declared error response exactly `application/problem+json` with the Problem schema.
+
+    That is what `api.errors` sends for every error, validation errors included, but FastAPI documents
+    its own `HTTPValidationError` for 422s a route does not declare, and also lists a declared
+    Problem under the route's own media type (`application/json`, `text/event-stream`). Idempotent."""
+    for item in schema.get("paths", {}).values():
+        for op in item.values():
+            for status, response in op.get("responses", {}).items():
+                if status[:1] in ("4", "5") or status == "default":
+                    response["content"] = {PROBLEM_JSON: {"schema": {"$ref": _PROBLEM_REF}}}
+                    if response.get("description") == "Validation Error":
+                        response["description"] = "Unprocessable Content"
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components.setdefault("Problem", Problem.model_json_schema(ref_template="#/components/schemas/{model}"))
+    for name in _FASTAPI_422:
+        rest = {k: v for k, v in schema.items() if k != "components"}
+        others = {k: v for k, v in components.items() if k not in _FASTAPI_422}
+        if f'"#/components/schemas/{name}"' not in json.dumps([rest, others]):
+            components.pop(name, None)
+    return schema
+
+
+def assets_dir() -> Path:
+    """The directory of the packaged Swagger UI and ReDoc bundles."""
+    spec = importlib.util.find_spec("fastapi_offline")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("the docs assets need the `fastapi-offline` package: pip install fastapi-offline")
+    static = Path(spec.origin).parent / "static"
+    missing = [f for f in ASSET_FILES if not (static / f).is_file()]
+    if missing:
+        raise RuntimeError(f"fastapi-offline ships no {', '.join(missing)} in {static}")
+    return static
+
+
+def install(app: FastAPI) -> None:
+    """Finish the OpenAPI document; register `/docs`, `/redoc` and the asset mount (none of them in it)."""
+    app.openapi_tags = TAGS
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        return problem_json_errors(generate())
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    app.mount(ASSETS_PATH, StaticFiles(directory=assets_dir()), name="docs-assets")
+    openapi_url = app.openapi_url or "/openapi.json"
+    title = app.title
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger_ui(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "").rstrip("/")
+        assets = root + ASSETS_PATH
+        return get_swagger_ui_html(
+            openapi_url=root + openapi_url, title=f"{title} API",
+            swagger_js_url=f"{assets}/swagger-ui-bundle.js", swagger_css_url=f"{assets}/swagger-ui.css",
+            swagger_favicon_url=f"{assets}/favicon.png",
+            # No online validator badge: it would call out to validator.swagger.io.
+            swagger_ui_parameters={"validatorUrl": None, "persistAuthorization": True,
+                                   "displayOperationId": True, "tryItOutEnabled": True})
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "").rstrip("/")
+        assets = root + ASSETS_PATH
+        return get_redoc_html(openapi_url=root + openapi_url, title=f"{title} API reference",
+                              redoc_js_url=f"{assets}/redoc.standalone.js",
+                              redoc_favicon_url=f"{assets}/favicon.png", with_google_fonts=False)

@@ -1,0 +1,220 @@
+from http import HTTPStatus
+from typing import Any
+
+import httpx
+
+from ... import errors
+from ...client import AuthenticatedClient, Client
+from ...models.files_public import FilesPublic
+from ...models.list_files_purpose_type_0 import ListFilesPurposeType0
+from ...models.problem import Problem
+from ...types import UNSET, Response, Unset
+
+
+def _get_kwargs(
+    *,
+    limit: int | Unset = 20,
+    after: None | str | Unset = UNSET,
+    purpose: ListFilesPurposeType0 | None | Unset = UNSET,
+) -> dict[str, Any]:
+
+    params: dict[str, Any] = {}
+
+    params["limit"] = limit
+
+    json_after: None | str | Unset
+    if isinstance(after, Unset):
+        json_after = UNSET
+    else:
+        json_after = after
+    params["after"] = json_after
+
+    json_purpose: None | str | Unset
+    if isinstance(purpose, Unset):
+        json_purpose = UNSET
+    elif isinstance(purpose, ListFilesPurposeType0):
+        json_purpose = purpose.value
+    else:
+        json_purpose = purpose
+    params["purpose"] = json_purpose
+
+    params = {k: v for k, v in params.items() if v is not UNSET and v is not None}
+
+    _kwargs: dict[str, Any] = {
+        "method": "get",
+        "url": "/v1/files",
+        "params": params,
+    }
+
+    return _kwargs
+
+
+def _parse_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> FilesPublic | Problem | None:
+    if response.status_code == 200:
+        response_200 = FilesPublic.from_dict(response.json())
+
+        return response_200
+
+    if response.status_code == 401:
+        response_401 = Problem.from_dict(response.json())
+
+        return response_401
+
+    if response.status_code == 422:
+        response_422 = Problem.from_dict(response.json())
+
+        return response_422
+
+    if client.raise_on_unexpected_status:
+        raise errors.UnexpectedStatus(response.status_code, response.content)
+    else:
+        return None
+
+
+def _build_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> Response[FilesPublic | Problem]:
+    return Response(
+        status_code=HTTPStatus(response.status_code),
+        content=response.content,
+        headers=response.headers,
+        parsed=_parse_response(client=client, response=response),
+    )
+
+
+def sync_detailed(
+    *,
+    client: AuthenticatedClient,
+    limit: int | Unset = 20,
+    after: None | str | Unset = UNSET,
+    purpose: ListFilesPurposeType0 | None | Unset = UNSET,
+) -> Response[FilesPublic | Problem]:
+    """List files
+
+     List the project's files, newest first.
+
+    Args:
+        limit (int | Unset): Page size (1-100). Default: 20.
+        after (None | str | Unset): Return items after (older than) this id.
+        purpose (ListFilesPurposeType0 | None | Unset): Only files of this purpose.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[FilesPublic | Problem]
+    """
+
+    kwargs = _get_kwargs(
+        limit=limit,
+        after=after,
+        purpose=purpose,
+    )
+
+    response = client.get_httpx_client().request(
+        **kwargs,
+    )
+
+    return _build_response(client=client, response=response)
+
+
+def sync(
+    *,
+    client: AuthenticatedClient,
+    limit: int | Unset = 20,
+    after: None | str | Unset = UNSET,
+    purpose: ListFilesPurposeType0 | None | Unset = UNSET,
+) -> FilesPublic | Problem | None:
+    """List files
+
+     List the project's files, newest first.
+
+    Args:
+        limit (int | Unset): Page size (1-100). Default: 20.
+        after (None | str | Unset): Return items after (older than) this id.
+        purpose (ListFilesPurposeType0 | None | Unset): Only files of this purpose.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        FilesPublic | Problem
+    """
+
+    return sync_detailed(
+        client=client,
+        limit=limit,
+        after=after,
+        purpose=purpose,
+    ).parsed
+
+
+async def asyncio_detailed(
+    *,
+    client: AuthenticatedClient,
+    limit: int | Unset = 20,
+    after: None | str | Unset = UNSET,
+    purpose: ListFilesPurposeType0 | None | Unset = UNSET,
+) -> Response[FilesPublic | Problem]:
+    """List files
+
+     List the project's files, newest first.
+
+    Args:
+        limit (int | Unset): Page size (1-100). Default: 20.
+        after (None | str | Unset): Return items after (older than) this id.
+        purpose (ListFilesPurposeType0 | None | Unset): Only files of this purpose.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[FilesPublic | Problem]
+    """
+
+    kwargs = _get_kwargs(
+        limit=limit,
+        after=after,
+        purpose=purpose,
+    )
+
+    response = await client.get_async_httpx_client().request(**kwargs)
+
+    return _build_response(client=client, response=response)
+
+
+async def asyncio(
+    *,
+    client: AuthenticatedClient,
+    limit: int | Unset = 20,
+    after: None | str | Unset = UNSET,
+    purpose: ListFilesPurposeType0 | None | Unset = UNSET,
+) -> FilesPublic | Problem | None:
+    """List files
+
+     List the project's files, newest first.
+
+    Args:
+        limit (int | Unset): Page size (1-100). Default: 20.
+        after (None | str | Unset): Return items after (older than) this id.
+        purpose (ListFilesPurposeType0 | None | Unset): Only files of this purpose.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        FilesPublic | Problem
+    """
+
+    return (
+        await asyncio_detailed(
+            client=client,
+            limit=limit,
+            after=after,
+            purpose=purpose,
+        )
+    ).parsed

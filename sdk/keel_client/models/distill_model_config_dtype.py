@@ -1,0 +1,9 @@
+from enum import StrEnum
+
+
+class DistillModelConfigDtype(StrEnum):
+    BFLOAT16 = "bfloat16"
+    FLOAT32 = "float32"
+
+    def __str__(self) -> str:
+        return str(self.value)

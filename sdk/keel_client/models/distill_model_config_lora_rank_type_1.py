@@ -1,0 +1,8 @@
+from enum import StrEnum
+
+
+class DistillModelConfigLoraRankType1(StrEnum):
+    AUTO = "auto"
+
+    def __str__(self) -> str:
+        return str(self.value)

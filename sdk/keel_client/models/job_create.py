@@ -1,0 +1,226 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from attrs import define as _attrs_define
+
+from ..types import UNSET, Unset
+
+if TYPE_CHECKING:
+    from ..models.job_create_metadata import JobCreateMetadata
+    from ..models.ppo_method import PPOMethod
+    from ..models.resources import Resources
+    from ..models.reward_model_method import RewardModelMethod
+    from ..models.rm_distill_method import RMDistillMethod
+    from ..models.sft_method import SFTMethod
+
+
+T = TypeVar("T", bound="JobCreate")
+
+
+@_attrs_define
+class JobCreate:
+    """A training job: a base model, a dataset, and a method with its hyperparameters.
+
+    Attributes:
+        method (PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod):
+        model (str): A Keel model id (`model-...`) of this project, a hub id (`org/name`), or an absolute directory
+            under one of the deployment's model roots.
+        training_file (str): A file of this project whose purpose fits the method: sft -> `sft`, reward_model and
+            rm_distill ->
+            `preference`, ppo -> `prompts`.
+        from_checkpoint (None | str | Unset): A checkpoint (of this project, same method) to continue training from.
+        metadata (JobCreateMetadata | Unset): Up to 16 string pairs of your own.
+        resources (Resources | Unset): Where a job runs: data-parallel workers and what each gets.
+        seed (int | Unset):  Default: 0.
+        suffix (None | str | Unset): Up to 40 characters added to the output model's name.
+        validation_file (None | str | Unset): Held-out rows with the same purpose; validation metrics appear as
+            `val/...`.
+    """
+
+    method: PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod
+    model: str
+    training_file: str
+    from_checkpoint: None | str | Unset = UNSET
+    metadata: JobCreateMetadata | Unset = UNSET
+    resources: Resources | Unset = UNSET
+    seed: int | Unset = 0
+    suffix: None | str | Unset = UNSET
+    validation_file: None | str | Unset = UNSET
+
+    def to_dict(self) -> dict[str, Any]:
+        from ..models.reward_model_method import RewardModelMethod  # noqa: PLC0415
+        from ..models.rm_distill_method import RMDistillMethod  # noqa: PLC0415
+        from ..models.sft_method import SFTMethod  # noqa: PLC0415
+
+        method: dict[str, Any]
+        if isinstance(self.method, SFTMethod):
+            method = self.method.to_dict()
+        elif isinstance(self.method, RewardModelMethod):
+            method = self.method.to_dict()
+        elif isinstance(self.method, RMDistillMethod):
+            method = self.method.to_dict()
+        else:
+            method = self.method.to_dict()
+
+        model = self.model
+
+        training_file = self.training_file
+
+        from_checkpoint: None | str | Unset
+        if isinstance(self.from_checkpoint, Unset):
+            from_checkpoint = UNSET
+        else:
+            from_checkpoint = self.from_checkpoint
+
+        metadata: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.metadata, Unset):
+            metadata = self.metadata.to_dict()
+
+        resources: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.resources, Unset):
+            resources = self.resources.to_dict()
+
+        seed = self.seed
+
+        suffix: None | str | Unset
+        if isinstance(self.suffix, Unset):
+            suffix = UNSET
+        else:
+            suffix = self.suffix
+
+        validation_file: None | str | Unset
+        if isinstance(self.validation_file, Unset):
+            validation_file = UNSET
+        else:
+            validation_file = self.validation_file
+
+        field_dict: dict[str, Any] = {}
+
+        field_dict.update(
+            {
+                "method": method,
+                "model": model,
+                "training_file": training_file,
+            }
+        )
+        if from_checkpoint is not UNSET:
+            field_dict["from_checkpoint"] = from_checkpoint
+        if metadata is not UNSET:
+            field_dict["metadata"] = metadata
+        if resources is not UNSET:
+            field_dict["resources"] = resources
+        if seed is not UNSET:
+            field_dict["seed"] = seed
+        if suffix is not UNSET:
+            field_dict["suffix"] = suffix
+        if validation_file is not UNSET:
+            field_dict["validation_file"] = validation_file
+
+        return field_dict
+
+    @classmethod
+    def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.job_create_metadata import JobCreateMetadata  # noqa: PLC0415
+        from ..models.ppo_method import PPOMethod  # noqa: PLC0415
+        from ..models.resources import Resources  # noqa: PLC0415
+        from ..models.reward_model_method import RewardModelMethod  # noqa: PLC0415
+        from ..models.rm_distill_method import RMDistillMethod  # noqa: PLC0415
+        from ..models.sft_method import SFTMethod  # noqa: PLC0415
+
+        d = dict(src_dict)
+
+        def _parse_method(data: object) -> PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod:
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                method_type_0 = SFTMethod.from_dict(data)
+
+                return method_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                method_type_1 = RewardModelMethod.from_dict(data)
+
+                return method_type_1
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                method_type_2 = RMDistillMethod.from_dict(data)
+
+                return method_type_2
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            if not isinstance(data, dict):
+                raise TypeError()
+            method_type_3 = PPOMethod.from_dict(data)
+
+            return method_type_3
+
+        method = _parse_method(d.pop("method"))
+
+        model = d.pop("model")
+
+        training_file = d.pop("training_file")
+
+        def _parse_from_checkpoint(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        from_checkpoint = _parse_from_checkpoint(d.pop("from_checkpoint", UNSET))
+
+        _metadata = d.pop("metadata", UNSET)
+        metadata: JobCreateMetadata | Unset
+        if isinstance(_metadata, Unset):
+            metadata = UNSET
+        else:
+            metadata = JobCreateMetadata.from_dict(_metadata)
+
+        _resources = d.pop("resources", UNSET)
+        resources: Resources | Unset
+        if isinstance(_resources, Unset):
+            resources = UNSET
+        else:
+            resources = Resources.from_dict(_resources)
+
+        seed = d.pop("seed", UNSET)
+
+        def _parse_suffix(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        suffix = _parse_suffix(d.pop("suffix", UNSET))
+
+        def _parse_validation_file(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        validation_file = _parse_validation_file(d.pop("validation_file", UNSET))
+
+        job_create = cls(
+            method=method,
+            model=model,
+            training_file=training_file,
+            from_checkpoint=from_checkpoint,
+            metadata=metadata,
+            resources=resources,
+            seed=seed,
+            suffix=suffix,
+            validation_file=validation_file,
+        )
+
+        return job_create

@@ -1,0 +1,13 @@
+from enum import StrEnum
+
+
+class JobPublicStatus(StrEnum):
+    CANCELLED = "cancelled"
+    CANCELLING = "cancelling"
+    FAILED = "failed"
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+
+    def __str__(self) -> str:
+        return str(self.value)

@@ -1,0 +1,182 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from attrs import define as _attrs_define
+
+from ..types import UNSET, Unset
+
+if TYPE_CHECKING:
+    from ..models.actor_config import ActorConfig
+    from ..models.algorithm_config import AlgorithmConfig
+    from ..models.critic_config import CriticConfig
+    from ..models.data_config import DataConfig
+    from ..models.guardrail_config import GuardrailConfig
+    from ..models.model_config import ModelConfig
+    from ..models.ppo_trainer_config import PPOTrainerConfig
+    from ..models.rollout_config import RolloutConfig
+
+
+T = TypeVar("T", bound="PPOConfig")
+
+
+@_attrs_define
+class PPOConfig:
+    """PPO with Actor / Critic / Reference / Reward roles (VERL's ppo_trainer config, trimmed).
+
+    Attributes:
+        actor (ActorConfig | Unset): PPO actor update (VERL: `actor_rollout_ref.actor`).
+        algorithm (AlgorithmConfig | Unset): Advantage estimation and KL-in-reward (VERL: `algorithm`).
+        critic (CriticConfig | Unset): PPO value model (VERL: `critic`).
+        data (DataConfig | Unset): Batching and lengths (VERL: `data`).
+        guardrails (GuardrailConfig | Unset): The recipe's monitoring points, enforced.
+        model (ModelConfig | Unset): How the trained model is loaded (VERL: `actor_rollout_ref.model`).
+        rollout (RolloutConfig | Unset): Sampling (VERL: `actor_rollout_ref.rollout`).
+        trainer (PPOTrainerConfig | Unset): `TrainerConfig` for PPO (3 epochs by default, as in the recipe).
+    """
+
+    actor: ActorConfig | Unset = UNSET
+    algorithm: AlgorithmConfig | Unset = UNSET
+    critic: CriticConfig | Unset = UNSET
+    data: DataConfig | Unset = UNSET
+    guardrails: GuardrailConfig | Unset = UNSET
+    model: ModelConfig | Unset = UNSET
+    rollout: RolloutConfig | Unset = UNSET
+    trainer: PPOTrainerConfig | Unset = UNSET
+
+    def to_dict(self) -> dict[str, Any]:
+        actor: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.actor, Unset):
+            actor = self.actor.to_dict()
+
+        algorithm: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.algorithm, Unset):
+            algorithm = self.algorithm.to_dict()
+
+        critic: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.critic, Unset):
+            critic = self.critic.to_dict()
+
+        data: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.data, Unset):
+            data = self.data.to_dict()
+
+        guardrails: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.guardrails, Unset):
+            guardrails = self.guardrails.to_dict()
+
+        model: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.model, Unset):
+            model = self.model.to_dict()
+
+        rollout: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.rollout, Unset):
+            rollout = self.rollout.to_dict()
+
+        trainer: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.trainer, Unset):
+            trainer = self.trainer.to_dict()
+
+        field_dict: dict[str, Any] = {}
+
+        field_dict.update({})
+        if actor is not UNSET:
+            field_dict["actor"] = actor
+        if algorithm is not UNSET:
+            field_dict["algorithm"] = algorithm
+        if critic is not UNSET:
+            field_dict["critic"] = critic
+        if data is not UNSET:
+            field_dict["data"] = data
+        if guardrails is not UNSET:
+            field_dict["guardrails"] = guardrails
+        if model is not UNSET:
+            field_dict["model"] = model
+        if rollout is not UNSET:
+            field_dict["rollout"] = rollout
+        if trainer is not UNSET:
+            field_dict["trainer"] = trainer
+
+        return field_dict
+
+    @classmethod
+    def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.actor_config import ActorConfig  # noqa: PLC0415
+        from ..models.algorithm_config import AlgorithmConfig  # noqa: PLC0415
+        from ..models.critic_config import CriticConfig  # noqa: PLC0415
+        from ..models.data_config import DataConfig  # noqa: PLC0415
+        from ..models.guardrail_config import GuardrailConfig  # noqa: PLC0415
+        from ..models.model_config import ModelConfig  # noqa: PLC0415
+        from ..models.ppo_trainer_config import PPOTrainerConfig  # noqa: PLC0415
+        from ..models.rollout_config import RolloutConfig  # noqa: PLC0415
+
+        d = dict(src_dict)
+        _actor = d.pop("actor", UNSET)
+        actor: ActorConfig | Unset
+        if isinstance(_actor, Unset):
+            actor = UNSET
+        else:
+            actor = ActorConfig.from_dict(_actor)
+
+        _algorithm = d.pop("algorithm", UNSET)
+        algorithm: AlgorithmConfig | Unset
+        if isinstance(_algorithm, Unset):
+            algorithm = UNSET
+        else:
+            algorithm = AlgorithmConfig.from_dict(_algorithm)
+
+        _critic = d.pop("critic", UNSET)
+        critic: CriticConfig | Unset
+        if isinstance(_critic, Unset):
+            critic = UNSET
+        else:
+            critic = CriticConfig.from_dict(_critic)
+
+        _data = d.pop("data", UNSET)
+        data: DataConfig | Unset
+        if isinstance(_data, Unset):
+            data = UNSET
+        else:
+            data = DataConfig.from_dict(_data)
+
+        _guardrails = d.pop("guardrails", UNSET)
+        guardrails: GuardrailConfig | Unset
+        if isinstance(_guardrails, Unset):
+            guardrails = UNSET
+        else:
+            guardrails = GuardrailConfig.from_dict(_guardrails)
+
+        _model = d.pop("model", UNSET)
+        model: ModelConfig | Unset
+        if isinstance(_model, Unset):
+            model = UNSET
+        else:
+            model = ModelConfig.from_dict(_model)
+
+        _rollout = d.pop("rollout", UNSET)
+        rollout: RolloutConfig | Unset
+        if isinstance(_rollout, Unset):
+            rollout = UNSET
+        else:
+            rollout = RolloutConfig.from_dict(_rollout)
+
+        _trainer = d.pop("trainer", UNSET)
+        trainer: PPOTrainerConfig | Unset
+        if isinstance(_trainer, Unset):
+            trainer = UNSET
+        else:
+            trainer = PPOTrainerConfig.from_dict(_trainer)
+
+        ppo_config = cls(
+            actor=actor,
+            algorithm=algorithm,
+            critic=critic,
+            data=data,
+            guardrails=guardrails,
+            model=model,
+            rollout=rollout,
+            trainer=trainer,
+        )
+
+        return ppo_config

@@ -1,0 +1,12 @@
+from enum import StrEnum
+
+
+class RewardSpecFunctionType0(StrEnum):
+    DATA_SOURCE = "data_source"
+    EXACT_MATCH = "exact_match"
+    GSM8K = "gsm8k"
+    LENGTH_PENALTY = "length_penalty"
+    REGEX = "regex"
+
+    def __str__(self) -> str:
+        return str(self.value)

@@ -1,0 +1,137 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from attrs import define as _attrs_define
+
+from ..types import UNSET, Unset
+
+if TYPE_CHECKING:
+    from ..models.data_config import DataConfig
+    from ..models.model_config import ModelConfig
+    from ..models.optim_config import OptimConfig
+    from ..models.trainer_config import TrainerConfig
+
+
+T = TypeVar("T", bound="SFTConfig")
+
+
+@_attrs_define
+class SFTConfig:
+    """Supervised fine-tuning: causal-LM loss on response tokens only.
+
+    Attributes:
+        data (DataConfig | Unset): Batching and lengths (VERL: `data`).
+        max_token_len_per_gpu (int | Unset):  Default: 3072.
+        micro_batch_size_per_gpu (int | Unset):  Default: 2.
+        model (ModelConfig | Unset): How the trained model is loaded (VERL: `actor_rollout_ref.model`).
+        optim (OptimConfig | Unset): AdamW with warm-up and a schedule (VERL: `optim`).
+        trainer (TrainerConfig | Unset): Loop length and cadence (VERL: `trainer`).
+        use_dynamic_bsz (bool | Unset):  Default: True.
+    """
+
+    data: DataConfig | Unset = UNSET
+    max_token_len_per_gpu: int | Unset = 3072
+    micro_batch_size_per_gpu: int | Unset = 2
+    model: ModelConfig | Unset = UNSET
+    optim: OptimConfig | Unset = UNSET
+    trainer: TrainerConfig | Unset = UNSET
+    use_dynamic_bsz: bool | Unset = True
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.data, Unset):
+            data = self.data.to_dict()
+
+        max_token_len_per_gpu = self.max_token_len_per_gpu
+
+        micro_batch_size_per_gpu = self.micro_batch_size_per_gpu
+
+        model: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.model, Unset):
+            model = self.model.to_dict()
+
+        optim: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.optim, Unset):
+            optim = self.optim.to_dict()
+
+        trainer: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.trainer, Unset):
+            trainer = self.trainer.to_dict()
+
+        use_dynamic_bsz = self.use_dynamic_bsz
+
+        field_dict: dict[str, Any] = {}
+
+        field_dict.update({})
+        if data is not UNSET:
+            field_dict["data"] = data
+        if max_token_len_per_gpu is not UNSET:
+            field_dict["max_token_len_per_gpu"] = max_token_len_per_gpu
+        if micro_batch_size_per_gpu is not UNSET:
+            field_dict["micro_batch_size_per_gpu"] = micro_batch_size_per_gpu
+        if model is not UNSET:
+            field_dict["model"] = model
+        if optim is not UNSET:
+            field_dict["optim"] = optim
+        if trainer is not UNSET:
+            field_dict["trainer"] = trainer
+        if use_dynamic_bsz is not UNSET:
+            field_dict["use_dynamic_bsz"] = use_dynamic_bsz
+
+        return field_dict
+
+    @classmethod
+    def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.data_config import DataConfig  # noqa: PLC0415
+        from ..models.model_config import ModelConfig  # noqa: PLC0415
+        from ..models.optim_config import OptimConfig  # noqa: PLC0415
+        from ..models.trainer_config import TrainerConfig  # noqa: PLC0415
+
+        d = dict(src_dict)
+        _data = d.pop("data", UNSET)
+        data: DataConfig | Unset
+        if isinstance(_data, Unset):
+            data = UNSET
+        else:
+            data = DataConfig.from_dict(_data)
+
+        max_token_len_per_gpu = d.pop("max_token_len_per_gpu", UNSET)
+
+        micro_batch_size_per_gpu = d.pop("micro_batch_size_per_gpu", UNSET)
+
+        _model = d.pop("model", UNSET)
+        model: ModelConfig | Unset
+        if isinstance(_model, Unset):
+            model = UNSET
+        else:
+            model = ModelConfig.from_dict(_model)
+
+        _optim = d.pop("optim", UNSET)
+        optim: OptimConfig | Unset
+        if isinstance(_optim, Unset):
+            optim = UNSET
+        else:
+            optim = OptimConfig.from_dict(_optim)
+
+        _trainer = d.pop("trainer", UNSET)
+        trainer: TrainerConfig | Unset
+        if isinstance(_trainer, Unset):
+            trainer = UNSET
+        else:
+            trainer = TrainerConfig.from_dict(_trainer)
+
+        use_dynamic_bsz = d.pop("use_dynamic_bsz", UNSET)
+
+        sft_config = cls(
+            data=data,
+            max_token_len_per_gpu=max_token_len_per_gpu,
+            micro_batch_size_per_gpu=micro_batch_size_per_gpu,
+            model=model,
+            optim=optim,
+            trainer=trainer,
+            use_dynamic_bsz=use_dynamic_bsz,
+        )
+
+        return sft_config
