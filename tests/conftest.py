@@ -61,6 +61,15 @@ def database():
     admin.dispose()
 
 
+@pytest.fixture(scope="session")
+def live_server(app):
+    """The API on a real uvicorn on loopback, over the test database; yields its base URL."""
+    from serving import serve
+
+    with serve(app) as url:
+        yield url
+
+
 @pytest.fixture
 def db(database):
     from core.db import session_factory

@@ -4,9 +4,7 @@ core.events.append_event, as the worker does; streams are read from a real uvico
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +12,7 @@ from datetime import UTC, datetime
 
 import httpx
 import pytest
-import uvicorn
+from serving import serve
 from sqlalchemy import update
 
 from core import events as core_events
@@ -108,27 +106,6 @@ def fast_streams():
     streams.RECONCILE_INTERVAL_S, streams.POLL_INTERVAL_S, streams.TERMINAL_GRACE_S = 0.5, 0.1, 0.5
     yield streams
     streams.RECONCILE_INTERVAL_S, streams.POLL_INTERVAL_S, streams.TERMINAL_GRACE_S = saved
-
-
-@contextlib.contextmanager
-def serve(app) -> Iterator[str]:
-    """A real uvicorn on a free loopback port, in a thread."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + TIMEOUT
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(TIMEOUT)
 
 
 @pytest.fixture(scope="module")

@@ -1,39 +1,14 @@
-"""The client CLI against a real server: uvicorn on loopback in a thread, over the test database.
-(The same small server helper as tests/sdk/conftest.py: conftest modules do not share fixtures.)"""
+"""The client CLI against a real server (`live_server`: uvicorn on loopback, over the test database)."""
 
 from __future__ import annotations
-
-import socket
-import threading
-import time
-from collections.abc import Iterator
 
 import pytest
 
 
-@pytest.fixture(scope="session")
-def cli_server(app) -> Iterator[str]:
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server.should_exit = True
-    thread.join(10)
-    sock.close()
-
-
 @pytest.fixture
-def cli_env(cli_server, project_key, monkeypatch) -> str:
+def cli_env(live_server, project_key, monkeypatch) -> str:
     """KEEL_URL and KEEL_API_KEY of a fresh project; returns the project id."""
-    monkeypatch.setenv("KEEL_URL", cli_server)
+    monkeypatch.setenv("KEEL_URL", live_server)
     monkeypatch.setenv("KEEL_API_KEY", project_key[1])
     return project_key[0]
 

@@ -7,6 +7,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import yaml
 
 PAIRS = "".join(json.dumps({"prompt": f"Q{i}?", "chosen": f"Sure {i}.", "rejected": f"No {i}."}) + "\n"
@@ -95,7 +96,8 @@ def _append(job_id: str, type: str, data: dict) -> None:
         append_event(db, job_id, type, data)
 
 
-def test_watch_draws_progress_until_the_end(cli_env, no_dispatch, run_keel, tmp_path, keel_home):
+def test_watch_draws_progress_until_the_end(cli_env, no_dispatch, run_keel, tmp_path, keel_home, live_server,
+                                           project_key):
     job_id = _create(run_keel, tmp_path, keel_home, _upload(run_keel, tmp_path))
 
     def play_worker():
@@ -105,7 +107,11 @@ def test_watch_draws_progress_until_the_end(cli_env, no_dispatch, run_keel, tmp_
             _append(job_id, "job.metrics", {"step": step, "total_steps": 3,
                                             "values": {"rm/loss": 0.5 / step, "rm/accuracy": 0.9}})
         _append(job_id, "job.warning", {"code": "kl_high", "message": "KL is high", "data": {}})
-        run_keel("jobs", "cancel", job_id)
+        # Over HTTP, not `run_keel`: a second CliRunner in this thread would swap sys.stdout/stderr
+        # under the running `watch` and swallow its output.
+        r = httpx.post(f"{live_server}/v1/jobs/{job_id}/cancel",
+                       headers={"Authorization": f"Bearer {project_key[1]}"}, timeout=30)
+        assert r.status_code == 200, r.text
 
     worker = threading.Thread(target=play_worker)
     worker.start()
