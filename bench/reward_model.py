@@ -1,0 +1,163 @@
+"""Bradley-Terry reward-model training throughput, through the engine entry point.
+
+    python -m bench.reward_model [--model DIR] [--data FILE] [--val-data FILE] [--batch-size 16]
+        [--max-length 256] [--steps 100] [--dtype float32|bfloat16] [--threads N]
+        [--longtail] [--gradient-checkpointing] [--max-tokens 3072] [--peak-gflops X] --json
+
+Runs `engine.reward_model.run_reward_model` in this process (one worker, as a single-worker job
+runs) with a `RecordingReporter`, then reads the per-step metrics it reported:
+
+- timing: the sum of `timing_s/step` over steps 2..N. Model loading, tokenization, the first step
+  (allocator and kernel warm-up), the final validation and the save are excluded;
+- `pairs_per_s` = pairs trained in those steps / that time; `tokens_per_s` = real (non-pad) tokens
+  / that time (`perf/tokens_per_s` x `timing_s/step`, summed);
+- `mfu` = 6 x N x tokens_per_s / the GEMM peak measured here at the same thread count and dtype
+  (`bench.gemm`), N = the parameters that do matrix products (`bench.common.matmul_params`);
+- `padding_efficiency` = real / computed tokens over the timed steps (token-budget micro-batches);
+- `pairs_per_cpu_s` = pairs / CPU seconds of this process (steps 2..N-1); `tokens_per_core_s` and
+  `mfu_cpu_time` count CPU seconds / threads as the time: on a shared machine, where other processes
+  take cores away mid-step, that is close to what the step takes with its threads to itself
+  (exact with --threads 1; with more threads, time spent spinning in OpenMP counts too);
+- `final_loss` (`rm/loss` of the last step) and `val_accuracy` (`val/rm/accuracy` at the end).
+
+Without --model/--data the demo assets are used (`bench/out/demo`, built on first use); --longtail
+trains on `bench.datasets`' long-tail pairs (responses 10..400 tokens) instead of the demo pairs;
+--wide trains `bench.datasets`' wide Llama (hidden 768, 4 layers, 28M parameters) instead of the
+demo Llama (hidden 128, 0.3M parameters besides embeddings, overhead-bound): MFU is a property of
+the shapes as much as of the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import tempfile
+import time
+
+from bench.common import demo_assets, emit, gemm_peak_gflops, load_average, matmul_params, set_threads
+from engine.reporting import RecordingReporter
+
+TIMING_NOTE = "sum of timing_s/step over steps 2..N; excludes loading, tokenization, step 1, validation, save"
+
+
+def build_request(model: str, data: str, val_data: str | None, work: str, *, batch_size: int, max_length: int,
+                  steps: int, dtype: str, gradient_checkpointing: bool, max_tokens: int, lr: float, seed: int):
+    from engine.config import JobRequest, RewardModelConfig, build_config
+
+    cfg = build_config(RewardModelConfig, {
+        "data": {"train_batch_size": batch_size, "max_length": max_length, "truncation": "right"},
+        "model": {"dtype": dtype, "enable_gradient_checkpointing": gradient_checkpointing},
+        "optim": {"lr": lr},
+        "trainer": {"total_training_steps": steps, "test_freq": -1, "save_freq": -1},
+        "max_token_len_per_gpu": max_tokens,
+    })
+    return JobRequest(job_id="bench-rm", method="reward_model", config=cfg, model_path=model,
+                      training_file=data, validation_file=val_data, output_dir=f"{work}/out",
+                      checkpoint_dir=f"{work}/ckpt", seed=seed)
+
+
+class CPUClockReporter(RecordingReporter):
+    """A `RecordingReporter` that also stamps each event with this process's CPU time: on a shared
+    machine, CPU seconds per step are what the step would take alone on the threads it uses."""
+
+    def _add(self, kind, **data):
+        super()._add(kind, cpu=time.process_time(), **data)
+
+
+def summarise(reporter, batch_size: int, threads: int) -> dict:
+    """Throughput over steps 2..N from the reporter's per-step metrics."""
+    events = reporter.of("metrics")
+    timed = [e["values"] for e in events if e["step"] >= 2] or [e["values"] for e in events]
+    seconds = sum(v["timing_s/step"] for v in timed)
+    real = sum(v["perf/tokens_per_s"] * v["timing_s/step"] for v in timed)
+    computed = sum(v["perf/tokens_per_s"] * v["timing_s/step"] / max(v["perf/padding_efficiency"], 1e-9)
+                   for v in timed)
+    # CPU time between consecutive metrics events of steps 2..N-1 (step N also validates).
+    spans = [(b["cpu"] - a["cpu"], b["values"]) for a, b in itertools.pairwise(events)
+             if 2 <= b["step"] < events[-1]["step"]]
+    cpu = sum(c for c, _ in spans)
+    cpu_tokens = sum(v["perf/tokens_per_s"] * v["timing_s/step"] for _, v in spans)
+    last = events[-1]["values"]
+    return {"timed_steps": len(timed), "timed_s": round(seconds, 3),
+            "pairs_per_s": round(batch_size * len(timed) / seconds, 2),
+            "tokens_per_s": round(real / seconds, 1),
+            "padding_efficiency": round(real / computed, 4) if computed else 1.0,
+            "pairs_per_cpu_s": round(batch_size * len(spans) / cpu, 2) if cpu else None,
+            "tokens_per_core_s": round(cpu_tokens / (cpu / threads), 1) if cpu else None,
+            "final_loss": round(last["rm/loss"], 4),
+            "val_accuracy": round(last["val/rm/accuracy"], 4) if "val/rm/accuracy" in last else None}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", help="model directory (default: the demo Llama)")
+    p.add_argument("--data", help="preference parquet/jsonl (default: demo pairs, or --longtail)")
+    p.add_argument("--val-data", help="held-out pairs (default: the matching demo/long-tail file; with "
+                                      "--data alone, a seeded 10%% of it)")
+    p.add_argument("--longtail", action="store_true", help="use bench.datasets' long-tail pairs")
+    p.add_argument("--wide", action="store_true", help="use bench.datasets' wide Llama (28M) as --model")
+    p.add_argument("--batch-size", type=int, default=16, help="pairs per optimizer step")
+    p.add_argument("--max-length", type=int, default=256, help="tokens per sequence (longer ones are cut)")
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    p.add_argument("--gradient-checkpointing", action="store_true")
+    p.add_argument("--max-tokens", type=int, default=3072, help="max_token_len_per_gpu (token budget)")
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: one per core)")
+    p.add_argument("--peak-gflops", type=float, default=None, help="GEMM peak to use (default: measure it)")
+    p.add_argument("--no-mfu", action="store_true", help="skip the GEMM measurement (mfu: null)")
+    p.add_argument("--json", action="store_true", help="print one JSON line")
+    args = p.parse_args(argv)
+
+    threads = set_threads(args.threads)
+    model, data, val_data = args.model, args.data, args.val_data
+    if not model or not data:
+        assets = demo_assets()
+        if not model and args.wide:
+            from bench.datasets import wide_model_path
+
+            model = wide_model_path(tokenizer_dir=assets["tokenizer"])
+        model = model or assets["model"]
+        if not data:
+            if args.longtail:
+                from bench.datasets import longtail_paths
+
+                paths = longtail_paths(tokenizer_dir=assets["tokenizer"])
+                data, val_data = paths["train"], val_data or paths["val"]
+            else:
+                data, val_data = assets["preference_train"], val_data or assets["preference_val"]
+
+    from engine.reward_model import run_reward_model
+
+    load_avg = load_average()
+    with tempfile.TemporaryDirectory(prefix="keel-bench-rm-") as work:
+        request = build_request(model, data, val_data, work, batch_size=args.batch_size,
+                                max_length=args.max_length, steps=args.steps, dtype=args.dtype,
+                                gradient_checkpointing=args.gradient_checkpointing, max_tokens=args.max_tokens,
+                                lr=args.lr, seed=args.seed)
+        reporter = CPUClockReporter()
+        start = time.perf_counter()
+        run_reward_model(request, reporter)
+        wall = time.perf_counter() - start
+    result = {"bench": "reward_model", "dtype": args.dtype, "threads": threads, "batch_size": args.batch_size,
+              "max_length": args.max_length, "steps": args.steps, "data": data,
+              "gradient_checkpointing": args.gradient_checkpointing, **summarise(reporter, args.batch_size, threads)}
+    peak = None if args.no_mfu else args.peak_gflops or gemm_peak_gflops(args.dtype, threads)
+    n = matmul_params(model, head="score")
+    result.update({
+        "params_matmul": n,
+        "model_gflops_per_s": round(6 * n * result["tokens_per_s"] / 1e9, 2),
+        "gemm_peak_gflops": round(peak, 1) if peak else None,
+        "mfu": round(6 * n * result["tokens_per_s"] / (peak * 1e9), 4) if peak else None,
+        "mfu_cpu_time": (round(6 * n * result["tokens_per_core_s"] / (peak * 1e9), 4)
+                         if peak and result["tokens_per_core_s"] else None),
+        "wall_s": round(wall, 2), "timing": TIMING_NOTE,
+        "load_avg_1m": load_avg,
+    })
+    emit(result, args.json)
+    return result
+
+
+if __name__ == "__main__":
+    main()
