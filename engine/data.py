@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from engine.errors import DataError
@@ -366,3 +367,37 @@ def padding_efficiency(batches: Sequence[Sequence[int]], lengths: Sequence[int])
     computed = sum(len(b) * max(lengths[i] for i in b) for b in batches if b)
     real = sum(lengths[i] for b in batches for i in b)
     return real / computed if computed else 1.0
+
+
+def length_groups(lengths: Sequence[int], overhead: int = 128) -> list[list[int]]:
+    """Split indices into groups, each to be padded and run as its own forward pass, minimising the
+    computed tokens `sum(len(group) * longest_in_group + overhead)`.
+
+    The indices are sorted by length and cut into contiguous runs by an exact dynamic programme
+    (`overhead` is the fixed cost of one more forward, in tokens). Cuts fall only between different
+    lengths, and each step is vectorised, so a few hundred sequences cost well under a millisecond.
+
+    Returns:
+        Lists of indices into `lengths`, shortest group first; every index appears exactly once.
+    """
+    n = len(lengths)
+    if n == 0:
+        return []
+    order = sorted(range(n), key=lambda i: (lengths[i], i))
+    sorted_len = np.asarray([lengths[i] for i in order], dtype=np.float64)
+    # Candidate cut points: 0, n, and every position where the (sorted) length changes.
+    cuts = np.concatenate(([0], np.flatnonzero(np.diff(sorted_len)) + 1, [n]))
+    best = np.zeros(len(cuts))
+    back = np.zeros(len(cuts), dtype=np.int64)
+    for j in range(1, len(cuts)):
+        # Group cuts[i]..cuts[j]-1 is padded to its longest member, sorted_len[cuts[j] - 1].
+        cost = best[:j] + (cuts[j] - cuts[:j]) * sorted_len[cuts[j] - 1] + overhead
+        back[j] = int(np.argmin(cost))
+        best[j] = cost[back[j]]
+    groups: list[list[int]] = []
+    j = len(cuts) - 1
+    while j > 0:
+        i = int(back[j])
+        groups.append(order[cuts[i]:cuts[j]])
+        j = i
+    return groups[::-1]

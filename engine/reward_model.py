@@ -1,9 +1,11 @@
 """Reward models: Bradley-Terry training on preference pairs, and distillation of a teacher reward
 model's pairwise preferences into a (smaller, LoRA) student.
 
-Both score chosen and rejected in one forward pass (the two sequences of a micro-batch are padded
-together) and read the score at the last attended token (`engine.models.reward_scores`), which is
-what `AutoModelForSequenceClassification` pools, so the saved model ranks the same outside Keel.
+Both score every chosen and rejected sequence of a micro-batch inside one loss and one backward; the
+sequences are grouped by length so that a long chosen does not pad a short rejected (see
+`_PairTask._scores`). The score is read at the last attended token (`engine.models.reward_scores`),
+which is what `AutoModelForSequenceClassification` pools, so the saved model ranks the same outside
+Keel.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from engine.reporting import Reporter
 from engine.trainer import run_supervised, split_rows
 
 TEACHER_SCORES = "teacher_scores.parquet"
+GROUP_OVERHEAD_TOKENS = 128
+"""Fixed cost of one more forward pass, in tokens, when a micro-batch's sequences are split into
+length groups (`_PairTask._scores`)."""
 """The teacher's scores of every train/val pair, written once beside the checkpoints."""
 
 
@@ -67,11 +72,11 @@ def bernoulli_kl(teacher_logit: torch.Tensor, student_logit: torch.Tensor) -> to
             + (1 - p) * (F.logsigmoid(-teacher_logit) - F.logsigmoid(-student_logit)))
 
 
-# --- the part both tasks share: pairs scored in one forward pass ---------------------------------
+# --- the part both tasks share: pairs scored in one loss and one backward ---------------------------------
 
 class _PairTask:
     data_kind = "preference"
-    row_cost = 2  # chosen and rejected share the forward pass
+    row_cost = 2  # chosen and rejected: two sequences per pair in a micro-batch
 
     def __init__(self, request: JobRequest, device: torch.device) -> None:
         self.request, self.cfg, self.device = request, request.config, device
@@ -94,12 +99,37 @@ class _PairTask:
     def weight(self, example: Any) -> float:
         return 1.0
 
+    group_overhead = GROUP_OVERHEAD_TOKENS
+
     def _scores(self, model: nn.Module, pairs: Sequence[data_lib.PairExample]) -> tuple[torch.Tensor, ...]:
-        """(chosen scores, rejected scores, real tokens, padded tokens) from one forward pass."""
-        ids, mask = data_lib.pad([p.chosen_ids for p in pairs] + [p.rejected_ids for p in pairs], self.pad_id)
-        scores = models.reward_scores(model, ids.to(self.device), mask.to(self.device))
+        """(chosen scores, rejected scores, real tokens, computed tokens) of a micro-batch.
+
+        The 2n sequences (all chosen, then all rejected) are sorted by length and cut into a few
+        groups (`data_lib.length_groups`), each padded to its own longest member and scored in its
+        own forward; the scores are scattered back to their (pair, side) positions, and the caller
+        computes one loss and runs one backward over all of them. Padding chosen and rejected
+        together (one forward for the whole micro-batch) wastes half the compute when a long
+        chosen sits beside a short rejected. The "one pass" that matters is kept: every sequence is
+        scored once, by the same weights, inside one loss and one backward; chosen and rejected are
+        never run as separate passes over the same pairs, and the scores (so the loss and the
+        gradient) equal the single padded forward's up to float summation order (right padding
+        never changes a sequence's attended positions). `computed tokens` counts what the groups
+        really computed, so `perf/padding_efficiency` is real / computed.
+        """
+        seqs = [p.chosen_ids for p in pairs] + [p.rejected_ids for p in pairs]
+        groups = data_lib.length_groups([len(s) for s in seqs], self.group_overhead)
+        parts, real, computed = [], 0.0, 0.0
+        for group in groups:
+            ids, mask = data_lib.pad([seqs[i] for i in group], self.pad_id)
+            parts.append(models.reward_scores(model, ids.to(self.device), mask.to(self.device)))
+            real += float(mask.sum())
+            computed += float(mask.numel())
+        order = torch.tensor([i for group in groups for i in group], dtype=torch.long)
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(len(order))
+        scores = torch.cat(parts)[inverse.to(parts[0].device)]
         n = len(pairs)
-        return scores[:n], scores[n:], float(mask.sum()), float(mask.numel())
+        return scores[:n], scores[n:], real, computed
 
 
 # --- Bradley-Terry ------------------------------------------------------------------------------------

@@ -146,6 +146,24 @@ def _clone_to_cpu(value: Any) -> Any:
     return value
 
 
+def _copy_into_cpu(buffers: Any, value: Any) -> Any:
+    """`_clone_to_cpu(value)`, reusing the matching CPU tensors of `buffers` (an earlier result of
+    this function for the same structure) with `copy_` instead of allocating new ones."""
+    if isinstance(value, torch.Tensor):
+        if (isinstance(buffers, torch.Tensor) and buffers.shape == value.shape and buffers.dtype == value.dtype
+                and buffers.device.type == "cpu"):
+            with torch.no_grad():
+                return buffers.copy_(value.detach())
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        old = buffers if isinstance(buffers, dict) else {}
+        return {k: _copy_into_cpu(old.get(k), v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        old = buffers if isinstance(buffers, list | tuple) and len(buffers) == len(value) else [None] * len(value)
+        return type(value)(_copy_into_cpu(b, v) for b, v in zip(old, value))
+    return value
+
+
 class TrainableRole(Role):
     """A role with a model, an AdamW optimizer and an LR schedule (actor, critic).
 
@@ -206,11 +224,21 @@ class TrainableRole(Role):
         return tensors
 
     def snapshot(self) -> dict[str, float]:
-        """Keep a CPU copy of the weights being trained, the optimizer and the scheduler."""
+        """Keep a CPU copy of the weights being trained, the optimizer and the scheduler.
+
+        Taken every step (the state a rollback returns to is always the start of the step being
+        retried), but cheaply: after the first snapshot, the tensors are `copy_`-ed into the
+        buffers of the previous one (same names, shapes and dtypes), so a step allocates and
+        page-faults nothing; only frozen weights are left out (they never change). A tensor whose
+        shape or dtype changed, or one that is new (Adam's state appears after the first step), gets
+        a fresh copy. `restore` still hands the optimizer and the scheduler clones, so the buffers
+        are never shared with live state.
+        """
         start = time.perf_counter()
+        previous = self._snapshot or {}
         self._snapshot = {
-            "tensors": _clone_to_cpu(self._trained_tensors()),
-            "optimizer": _clone_to_cpu(self.optimizer.state_dict()),
+            "tensors": _copy_into_cpu(previous.get("tensors"), self._trained_tensors()),
+            "optimizer": _copy_into_cpu(previous.get("optimizer"), self.optimizer.state_dict()),
             "scheduler": _clone_to_cpu(self.scheduler.state_dict()),
         }
         return {"time_s": time.perf_counter() - start}

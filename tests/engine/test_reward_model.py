@@ -118,3 +118,63 @@ def test_reward_model_one_and_two_workers_match(demo_assets, ray_local, tmp_path
                                     config={"data": {"train_batch_size": 8}}), reporter)
         curves[workers] = reporter.series("rm/loss") + reporter.series("val/rm/loss")
     assert curves[2] == pytest.approx(curves[1], rel=1e-4, abs=1e-6)
+
+
+def test_length_groups_cover_every_index_and_cut_padding():
+    from engine.data import length_groups
+
+    lengths = [400, 12, 380, 20, 15, 390, 30, 25]
+    groups = length_groups(lengths, overhead=128)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    computed = sum(len(g) * max(lengths[i] for i in g) + 128 for g in groups)
+    assert computed < len(lengths) * max(lengths) + 128  # better than one padded forward
+    assert len(groups) == 2 and {lengths[i] for i in groups[-1]} == {380, 390, 400}
+    assert length_groups([7] * 5) == [[0, 1, 2, 3, 4]]
+    assert length_groups([]) == []
+    assert len(length_groups(lengths, overhead=10**6)) == 1  # forwards so costly that one wins
+
+
+def test_grouped_scores_match_one_padded_forward(demo_assets, tmp_path):
+    """Scoring a micro-batch's 2n sequences in length groups gives the same loss and gradient as
+    padding all of them into one forward."""
+    from engine import data as data_lib
+    from engine import models
+    from engine.reward_model import RewardModelTask
+
+    torch.manual_seed(0)
+    request = rm_request(demo_assets, tmp_path)
+    task = RewardModelTask(request, torch.device("cpu"))
+    model, _ = task.load_model()
+    model.eval()  # no dropout: both computations see the same function
+    base = [3, 5, 7, 11, 13]
+    pairs = [data_lib.PairExample(chosen_ids=[base[k % 5] + j for j in range(4 + 37 * (k % 3))],
+                                  rejected_ids=[base[(k + 2) % 5] + j for j in range(3 + 5 * k)], margin=0.0)
+             for k in range(6)]
+
+    def loss_and_grads(scores_fn):
+        model.zero_grad(set_to_none=True)
+        chosen, rejected, real, computed = scores_fn(model, pairs)
+        loss = bradley_terry_loss(chosen, rejected, center_coef=0.01).sum()
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return loss.detach(), chosen.detach(), rejected.detach(), grads, real, computed
+
+    def one_forward(model, pairs):
+        ids, mask = data_lib.pad([p.chosen_ids for p in pairs] + [p.rejected_ids for p in pairs], task.pad_id)
+        scores = models.reward_scores(model, ids, mask)
+        return scores[:len(pairs)], scores[len(pairs):], float(mask.sum()), float(mask.numel())
+
+    task.group_overhead = 0  # force several groups on these short sequences
+    grouped = loss_and_grads(task._scores)
+    single = loss_and_grads(one_forward)
+    torch.testing.assert_close(grouped[0], single[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grouped[1], single[1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grouped[2], single[2], rtol=1e-5, atol=1e-5)
+    assert grouped[3].keys() == single[3].keys() and grouped[3]
+    for name in single[3]:
+        torch.testing.assert_close(grouped[3][name], single[3][name], rtol=1e-4, atol=1e-6, msg=name)
+    assert grouped[4] == single[4]  # same real tokens
+    lengths = [len(p.chosen_ids) for p in pairs] + [len(p.rejected_ids) for p in pairs]
+    groups = data_lib.length_groups(lengths, 0)
+    assert len(groups) > 1
+    assert grouped[5] == sum(len(g) * max(lengths[i] for i in g) for g in groups) < single[5]
