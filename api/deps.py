@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated
 
+import anyio
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
@@ -18,14 +19,20 @@ from core.models import Project
 from core.security import authenticate
 
 
-def get_db() -> Iterator[Session]:
-    with session_factory()() as session:
+async def get_db() -> AsyncIterator[Session]:
+    # Making a session touches no connection, so it happens on the event loop (one thread hop fewer
+    # per request); closing it may talk to the database, so that runs in a worker thread.
+    session = session_factory()()
+    try:
         yield session
+    finally:
+        with anyio.CancelScope(shield=True):  # a client that went away: still give the connection back
+            await anyio.to_thread.run_sync(session.close)
 
 
 SessionDep = Annotated[Session, Depends(get_db)]
 
-_bearer = HTTPBearer(auto_error=False, description="A project API key: `Authorization: Bearer keel_...`")
+bearer = HTTPBearer(auto_error=False, description="A project API key: `Authorization: Bearer keel_...`")
 
 
 class _RateLimiter:
@@ -55,7 +62,12 @@ rate_limiter = _RateLimiter()
 
 
 def get_current_project(request: Request, db: SessionDep,
-                        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Project:
+                        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Project:
+    return check_project(request, db, credentials)
+
+
+def check_project(request: Request, db: Session, credentials: HTTPAuthorizationCredentials | None) -> Project:
+    """The key's project (401 / 429 otherwise); sets `request.state.project_id`."""
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise ApiError(401, "unauthorized", "Missing API key: send `Authorization: Bearer <key>`.",
                        headers={"WWW-Authenticate": "Bearer"})

@@ -60,8 +60,13 @@ def problem_response(request: Request, status: int, code: str, detail: str, *, p
                         headers=headers)
 
 
+_MAX_PART = 100
+"""A location part longer than this (a huge dict key sent by a client) is cut: errors stay small."""
+
+
 def _loc_to_param(loc: tuple[Any, ...] | list[Any]) -> str | None:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header", "form")]
+    parts = [str(p) if len(str(p)) <= _MAX_PART else str(p)[:_MAX_PART] + "..."
+             for p in loc if p not in ("body", "query", "path", "header", "form")]
     # Discriminated-union tags (e.g. `ppo`) name the variant, not a field.
     parts = [p for p in parts if not p.startswith("function-") and p not in _UNION_TAGS]
     return ".".join(parts) or None
@@ -101,6 +106,10 @@ def install(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException):
         code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized"}.get(exc.status_code, "http_error")
         headers = getattr(exc, "headers", None)
+        if exc.status_code == 400 and isinstance(exc.__cause__, ValueError | RecursionError):
+            # FastAPI's answer to a JSON body it cannot decode (not UTF-8, nested too deep); invalid JSON
+            # is a 422 already.
+            return problem_response(request, 422, "invalid_request", "The request body is not valid JSON.")
         if exc.status_code == 405:  # Starlette names the first matching route's methods only
             headers = {**(headers or {}), "Allow": ", ".join(_allowed_methods(request))}
         return problem_response(request, exc.status_code, code, str(exc.detail), headers=headers)

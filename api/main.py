@@ -6,8 +6,10 @@ import logging
 import uuid
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.routing import APIRoute
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import docs, errors, streams
 from api.routes import checkpoints, events, files, health, jobs, models
@@ -78,6 +80,31 @@ data: {"object":"job.event","seq":42,"type":"job.metrics","data":{"step":12,"tot
 """
 
 
+class RequestIdMiddleware:
+    """`request.state.request_id` (the client's `X-Request-ID` if sane, else a new one) and the
+    `X-Request-ID` header on every response. Plain ASGI: BaseHTTPMiddleware would put a task and a
+    memory stream in front of every response body and every streamed chunk."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-request-id"), "")
+        if not rid or len(rid) > 100 or not rid.isascii():
+            rid = "req_" + uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = rid
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message)["X-Request-ID"] = rid
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
 def _operation_id(route: APIRoute) -> str:
     # Handler name = operationId = SDK method name.
     return route.name
@@ -97,15 +124,7 @@ def create_app() -> FastAPI:
     errors.install(app)
     docs.install(app)
 
-    @app.middleware("http")
-    async def request_id(request: Request, call_next):
-        rid = request.headers.get("X-Request-ID", "")
-        if not rid or len(rid) > 100 or not rid.isascii():
-            rid = "req_" + uuid.uuid4().hex
-        request.state.request_id = rid
-        response = await call_next(request)
-        response.headers["X-Request-ID"] = rid
-        return response
+    app.add_middleware(RequestIdMiddleware)
 
     app.include_router(health.router)
     app.include_router(files.router)

@@ -245,9 +245,17 @@ def _job_state(job_id: str) -> tuple[str | None, int | None]:
 
 # -- one subscriber ---------------------------------------------------------------------------------
 
-async def follow(job_id: str, after: int = 0) -> AsyncIterator[dict[str, Any]]:
+def ping_interval() -> float:
+    """Seconds between keep-alive comments on an idle stream: FastAPI's own SSE keep-alive interval."""
+    from fastapi import routing
+
+    return routing._PING_INTERVAL
+
+
+async def follow(job_id: str, after: int = 0, *, ping_s: float | None = None) -> AsyncIterator[dict[str, Any] | None]:
     """The job's event payloads after `after`, in seq order without gaps or repeats, replayed then live;
-    ends after `job.done` (or at once if the client already has it)."""
+    ends after `job.done` (or at once if the client already has it). With `ping_s`, a live wait that
+    long yields None (time for a keep-alive)."""
     async with get_hub().subscribe(job_id) as sub:
         cursor = after
 
@@ -273,11 +281,20 @@ async def follow(job_id: str, after: int = 0) -> AsyncIterator[dict[str, Any]]:
         deadline = loop.time() + TERMINAL_GRACE_S if status in TERMINAL else None
         while True:
             try:
-                item = await asyncio.wait_for(sub.queue.get(), None if deadline is None
-                                              else max(0.0, deadline - loop.time()))
-            except TimeoutError:  # finished without a job.done: deliver what is there and stop
-                item = RESYNC
-                deadline = loop.time()
+                item = sub.queue.get_nowait()
+            except asyncio.QueueEmpty:
+                wait = ping_s if deadline is None else max(0.0, deadline - loop.time())
+                if ping_s is not None and wait is not None:
+                    wait = min(wait, ping_s)
+                try:
+                    async with asyncio.timeout(wait):
+                        item = await sub.queue.get()
+                except TimeoutError:
+                    if ping_s is not None and (deadline is None or loop.time() < deadline):  # idle: keep-alive
+                        yield None
+                        continue
+                    item = RESYNC  # finished without a job.done: deliver what is there and stop
+                    deadline = loop.time()
             seq = item.get("seq")
             if item is RESYNC or not isinstance(seq, int) or seq > cursor + 1:
                 async with contextlib.aclosing(reread()) as gap:

@@ -122,6 +122,9 @@ class Job(Base):
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
 
+    __table_args__ = (Index("ix_job_queue_order", "project_id", "status", "created_at", "id"),)
+    """A queued job's position is a range count on this index."""
+
 
 class JobEvent(Base):
     __tablename__ = "job_event"

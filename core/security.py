@@ -33,11 +33,13 @@ def authenticate(db: Session, key: str) -> Project | None:
     if not key.startswith(KEY_PREFIX) or len(key) > 200:
         return None
     digest = hash_key(key)
-    rows = db.scalars(select(ApiKey).where(ApiKey.prefix == key[:_LOOKUP_LEN], ApiKey.revoked_at.is_(None)))
-    for row in rows:
-        if hmac.compare_digest(row.hash, digest):
-            return db.get(Project, row.project_id)
-    return None
+    rows = db.execute(select(ApiKey.hash, Project).join(Project, Project.id == ApiKey.project_id)
+                      .where(ApiKey.prefix == key[:_LOOKUP_LEN], ApiKey.revoked_at.is_(None))).all()
+    found = None
+    for stored, project in rows:  # one query; every candidate compared
+        if hmac.compare_digest(stored, digest):
+            found = project
+    return found
 
 
 def get_or_create_project(db: Session, name: str) -> tuple[Project, bool]:

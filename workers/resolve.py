@@ -5,8 +5,8 @@
 - file ids -> their local paths in the artifact store;
 - hyperparameters -> the method's frozen config (`engine.config.build_config`);
 - outputs: `jobs/<job_id>/output` and `jobs/<job_id>/checkpoints` in the artifact store;
-- `resume_from`: this job's newest complete checkpoint (a re-queued job continues where it stopped),
-  else the checkpoint named by `from_checkpoint`.
+- `resume_from`: this job's newest complete checkpoint no later than the last step in its event log
+  (a re-queued job continues where it stopped), else the checkpoint named by `from_checkpoint`.
 
 Reference problems raise user errors (`EngineError` with `user_error`): the job fails with their code.
 """
@@ -83,7 +83,7 @@ def resolve_request(db: Session, job: Job) -> JobRequest:
         output_dir=output_dir,
         checkpoint_dir=checkpoint_dir,
         seed=job.seed,
-        resume_from=latest_complete_checkpoint(checkpoint_dir)
+        resume_from=latest_complete_checkpoint(checkpoint_dir, max_step=logged_step(job))
         or from_checkpoint(db, job.project_id, spec.get("from_checkpoint")),
         teacher_path=resolve_model(db, job.project_id, teacher, roots, "method.teacher") if teacher else None,
         reward=reward,
@@ -120,13 +120,28 @@ def file_path(db: Session, project_id: str, file_id: str, param: str) -> str:
     return str(path)
 
 
-def latest_complete_checkpoint(root: str) -> str | None:
-    """The newest `step_<N>` directory under `root` holding the completion marker, or None."""
+def logged_step(job: Job) -> int | None:
+    """The last training step in the job's event log (`progress.step`), None before the first."""
+    step = (job.progress or {}).get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def latest_complete_checkpoint(root: str, max_step: int | None = None) -> str | None:
+    """The newest `step_<N>` directory under `root` holding the completion marker (with N <= `max_step`
+    when given), or None.
+
+    A re-queued job passes the last step its log holds as `max_step`. The engine reports a step's
+    metrics before it saves that step's checkpoint, so a newer one was written by an attempt whose
+    reports were already being dropped: a controller that kept training after its worker died and the
+    job was re-queued. Resuming from it would leave that step out of the log for good (a gap); the
+    steps after the log's last one are run again instead.
+    """
     if not os.path.isdir(root):
         return None
     steps = [(int(m.group(1)), entry.path) for entry in os.scandir(root)
              if (m := _STEP_DIR.match(entry.name)) and entry.is_dir()
              and os.path.isfile(os.path.join(entry.path, COMPLETE_MARKER))]
+    steps = [(step, path) for step, path in steps if max_step is None or step <= max_step]
     return max(steps)[1] if steps else None
 
 

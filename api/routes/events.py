@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from anyio import to_thread
-from fastapi import APIRouter, Depends, Header, Query
-from fastapi.sse import EventSourceResponse, ServerSentEvent
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import Path as PathParam
+from fastapi.responses import StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy import select
 
 from api import streams
-from api.deps import SessionDep
-from api.errors import ApiError, problem_responses
+from api.deps import SessionDep, bearer, check_project
+from api.errors import ApiError, not_found, problem_responses
 from api.routes.jobs import OwnedJob
-from api.schemas.jobs import JobEventPublic, JobEventsPublic, JobMetricsPublic
+from api.schemas.jobs import JobEventsPublic, JobMetricsPublic
+from core.db import session_factory
 from core.events import event_payload, read_events
-from core.models import JobEvent
+from core.models import Job, JobEvent
 
 router = APIRouter(prefix="/v1/jobs", tags=["events"])
 
@@ -91,13 +94,65 @@ def resume_after(after: SeqQuery = 0, last_event_id: Annotated[str | None, Heade
     return int(last_event_id.strip())
 
 
-@router.get("/{job_id}/events/stream", summary="Stream job events", response_class=EventSourceResponse,
+def streamed_job_id(request: Request, job_id: Annotated[str, PathParam(max_length=64)],
+                    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str:
+    """Authenticate and check ownership in one thread hop with a short session of its own, closed before
+    the stream starts: a stream holds no pooled connection, so a storm of connects cannot exhaust the pool
+    (requests holding a connection between hops while every thread waits for one: a deadlock)."""
+    with session_factory()() as db:
+        project = check_project(request, db, credentials)
+        owner = db.scalar(select(Job.project_id).where(Job.id == job_id))
+    if owner != project.id:
+        raise not_found("job", job_id, param="job_id")
+    return job_id
+
+
+_SSE_ITEM = {
+    "type": "object", "required": ["data"],
+    "properties": {"data": {"type": "string", "contentMediaType": "application/json",
+                            "contentSchema": {"$ref": "#/components/schemas/JobEventPublic"}},
+                   "event": {"type": "string"}, "id": {"type": "string"}, "retry": {"type": "integer", "minimum": 0}}}
+"""The item schema FastAPI declares for an SSE generator of JobEventPublic (this route streams bytes itself)."""
+
+KEEPALIVE = b": ping\n\n"
+
+
+def sse_bytes(payload: dict[str, Any]) -> bytes:
+    """The event as an SSE message, encoded once: a live payload is one dict shared by every subscriber
+    of this process, so the first subscriber's encoding is reused by the rest."""
+    encoded = payload.get("_sse")
+    if encoded is None:
+        public = event_public(payload)
+        try:
+            data = json.dumps(public, separators=(",", ":"), allow_nan=False)
+        except ValueError:  # NaN / infinity in the event data: null, as FastAPI's encoder does
+            data = json.dumps(_finite(public), separators=(",", ":"))
+        encoded = payload["_sse"] = f"event: {payload['type']}\ndata: {data}\nid: {payload['seq']}\n\n".encode()
+    return encoded
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+async def _sse(job_id: str, after: int) -> AsyncIterator[bytes]:
+    async for payload in streams.follow(job_id, after, ping_s=streams.ping_interval()):
+        yield KEEPALIVE if payload is None else sse_bytes(payload)
+
+
+@router.get("/{job_id}/events/stream", summary="Stream job events", response_class=StreamingResponse,
             responses={200: {"description": "Server-sent events: `id` = seq, `event` = type, `data` = the "
-                                            "event as JSON (JobEventPublic)."}, **problem_responses(401, 404, 422, 429)})
-async def stream_job_events(job: OwnedJob, db: SessionDep,
-                            after: Annotated[int, Depends(resume_after)]) -> AsyncIterable[JobEventPublic]:
+                                            "event as JSON (JobEventPublic).",
+                             "content": {"text/event-stream": {"itemSchema": _SSE_ITEM}}},
+                       **problem_responses(401, 404, 422, 429)})
+async def stream_job_events(job_id: Annotated[str, Depends(streamed_job_id)],
+                            after: Annotated[int, Depends(resume_after)]) -> StreamingResponse:
     """The job's events replayed after the cursor, then live; ends after `job.done`."""
-    job_id = job.id
-    await to_thread.run_sync(db.close)  # a stream can last hours: give the connection back to the pool now
-    async for payload in streams.follow(job_id, after):
-        yield ServerSentEvent(id=str(payload["seq"]), event=payload["type"], data=event_public(payload))
+    return StreamingResponse(_sse(job_id, after), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -71,7 +71,7 @@ OwnedFile = Annotated[File, Depends(owned_file)]
 @router.post("", status_code=201, summary="Upload a file", openapi_extra={"requestBody": UPLOAD_BODY},
              responses={200: {"model": FilePublic, "description": "The same bytes were already uploaded for "
                                                                   "this purpose: the existing file."},
-                        **problem_responses(400, 401, 413, 415, 422)})
+                        **problem_responses(400, 401, 413, 415, 422, 429)})
 async def upload_file(request: Request, response: Response, db: SessionDep,
                       project: CurrentProject) -> FilePublic:
     """Upload a parquet or JSON Lines dataset; it is checked for its purpose and deduplicated by content."""
@@ -110,7 +110,7 @@ async def upload_file(request: Request, response: Response, db: SessionDep,
     return FilePublic.of(row)
 
 
-@router.get("", summary="List files", responses=problem_responses(401, 422))
+@router.get("", summary="List files", responses=problem_responses(401, 422, 429))
 def list_files(db: SessionDep, project: CurrentProject, limit: LimitQuery = 20, after: AfterQuery = None,
                purpose: Annotated[FilePurpose | None, Query(description="Only files of this purpose.")] = None
                ) -> FilesPublic:
@@ -122,7 +122,7 @@ def list_files(db: SessionDep, project: CurrentProject, limit: LimitQuery = 20, 
     return FilesPublic(**page_of([FilePublic.of(r) for r in rows], has_more))
 
 
-@router.get("/{file_id}", summary="Retrieve a file", responses=problem_responses(401, 404))
+@router.get("/{file_id}", summary="Retrieve a file", responses=problem_responses(401, 404, 429))
 def retrieve_file(file: OwnedFile) -> FilePublic:
     """Retrieve a file's description and statistics."""
     return FilePublic.of(file)
@@ -130,9 +130,9 @@ def retrieve_file(file: OwnedFile) -> FilePublic:
 
 @router.get("/{file_id}/content", summary="Download a file's content", response_class=StreamingResponse,
             responses={200: {"description": "The bytes as uploaded.",
-                             "content": {"application/octet-stream": {"schema": {"type": "string",
-                                                                                 "format": "binary"}}}},
-                       **problem_responses(401, 404)})
+                             "content": {media: {"schema": {"type": "string", "format": "binary"}}
+                                         for media in ("application/octet-stream", *_MEDIA_TYPES.values())}},
+                       **problem_responses(401, 404, 429)})
 def download_file_content(file: OwnedFile) -> StreamingResponse:
     """Stream the file's bytes exactly as uploaded."""
     try:
@@ -144,7 +144,7 @@ def download_file_content(file: OwnedFile) -> StreamingResponse:
                                       "Content-Disposition": _attachment(file.filename)})
 
 
-@router.get("/{file_id}/preview", summary="Preview a file", responses=problem_responses(401, 404, 422))
+@router.get("/{file_id}/preview", summary="Preview a file", responses=problem_responses(401, 404, 422, 429))
 def preview_file(file: OwnedFile, limit: Annotated[int, Query(ge=1, le=100, description="Rows (1-100).")] = 5
                  ) -> FilePreview:
     """Return the first rows of a file as JSON (the purpose's columns only)."""
@@ -153,7 +153,7 @@ def preview_file(file: OwnedFile, limit: Annotated[int, Query(ge=1, le=100, desc
     return FilePreview(file_id=file.id, data=rows)
 
 
-@router.delete("/{file_id}", summary="Delete a file", responses=problem_responses(401, 404, 409))
+@router.delete("/{file_id}", summary="Delete a file", responses=problem_responses(401, 404, 409, 429))
 def delete_file(file: OwnedFile, db: SessionDep) -> FileDeleted:
     """Delete a file; refused while a queued or running job uses it."""
     db.refresh(file, with_for_update=True)  # a job committed meanwhile is seen by the check below

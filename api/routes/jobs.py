@@ -8,6 +8,7 @@ stays queued and the dispatcher's sweeper sends it later. Referenced ids that ar
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -17,8 +18,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 from fastapi import Path as PathParam
-from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import func, select, tuple_, update
+from sqlalchemy.orm import Session, aliased
 
 from api.deps import CurrentProject, SessionDep
 from api.errors import ApiError, not_found, problem_responses
@@ -61,8 +62,9 @@ OwnedJob = Annotated[Job, Depends(owned_job)]
 
 def _model_dir(ref: str, param: str) -> str:
     """An absolute directory inside a model root (after resolving symlinks), without `..`."""
-    if ".." in PurePosixPath(ref).parts:
-        raise ApiError(422, "invalid_model", f"{param}: a model path must not contain '..'.", param=param)
+    if ".." in PurePosixPath(ref).parts or "\x00" in ref:
+        raise ApiError(422, "invalid_model", f"{param}: a model path must not contain '..' or a NUL byte.",
+                       param=param)
     resolved = Path(ref).resolve()
     roots = [Path(r) for r in settings.model_roots]
     if not any(resolved.is_relative_to(root) for root in roots):
@@ -116,10 +118,50 @@ def _checkpoint(db: Session, project_id: str, checkpoint_id: str, method: str) -
     return ckpt
 
 
+_MAX_CONFIG_BYTES = 1024**2
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+"""config.json fields that name a model's context window, in the order they are looked for."""
+
+
+def _context_window(db: Session, ref: str) -> int | None:
+    """The context window from the config.json of a local model (a directory or a Keel model);
+    None when Keel cannot read it here (a hub id, an adapter directory, no or odd config)."""
+    path = db.get(Model, ref).path if ref.startswith("model-") else ref if ref.startswith("/") else None
+    config = Path(path) / "config.json" if path else None
+    try:
+        if config is None or not config.is_file():  # (never open a FIFO or a device)
+            return None
+        with config.open("rb") as f:
+            raw = f.read(_MAX_CONFIG_BYTES + 1)
+        data = json.loads(raw) if len(raw) <= _MAX_CONFIG_BYTES else None
+    except (OSError, ValueError):
+        return None
+    values = [data.get(k) for k in _CONTEXT_KEYS] if isinstance(data, dict) else []
+    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
+
+
+def _check_context(db: Session, body: JobCreate) -> None:
+    """Sequences the job would build must fit the model: prompt + response tokens (SFT, PPO), or
+    `max_length` (reward models, defaulting to the same sum)."""
+    window = _context_window(db, body.model)
+    if window is None:
+        return
+    data, prefix = body.method.hyperparameters.data, "method.hyperparameters.data."
+    if body.method.type in ("reward_model", "rm_distill") and data.max_length is not None:
+        total, param = data.max_length, prefix + "max_length"
+    else:
+        total, param = data.max_prompt_length + data.max_response_length, prefix + "max_response_length"
+    if total > window:
+        raise ApiError(422, "context_too_long", f"{param}: sequences of up to {total} tokens do not fit the "
+                       f"model's context window of {window} tokens (its config.json); lower the lengths.",
+                       param=param)
+
+
 def _resolve(db: Session, project_id: str, body: JobCreate) -> dict[str, Any]:
     """Check every reference in the request; returns the spec to store (normalised, defaults filled)."""
     method = body.method
     body.model = _model_ref(db, project_id, body.model, "model")
+    _check_context(db, body)
     _training_file(db, project_id, body.training_file, method.type, "training_file")
     if body.validation_file is not None:
         _training_file(db, project_id, body.validation_file, method.type, "validation_file")
@@ -170,15 +212,27 @@ def _error(error: Any) -> dict[str, Any] | None:
             "param": error.get("param") if isinstance(error.get("param"), str) else None}
 
 
+_AHEAD = aliased(Job, name="ahead")
+
+
 def queue_positions(db: Session, project_id: str, jobs: list[Job]) -> dict[str, int]:
     """1-based positions of the given queued jobs among the project's queued jobs, oldest first."""
-    queued = [j.id for j in jobs if j.status == "queued"]
+    queued = [j for j in jobs if j.status == "queued"]
     if not queued:
         return {}
-    ranked = (select(Job.id, func.row_number().over(order_by=(Job.created_at, Job.id)).label("position"))
-              .where(Job.project_id == project_id, Job.status == "queued").subquery())
-    rows = db.execute(select(ranked.c.id, ranked.c.position).where(ranked.c.id.in_(queued)))
-    return {job_id: int(position) for job_id, position in rows}
+    # A range count on ix_job_queue_order per job, not a ranking of the whole queue.
+    if len(queued) == 1:  # create / retrieve / cancel: one plain count
+        job = queued[0]
+        n = db.scalar(select(func.count()).select_from(Job).where(
+            Job.project_id == project_id, Job.status == "queued",
+            tuple_(Job.created_at, Job.id) <= tuple_(job.created_at, job.id)))
+        return {job.id: int(n)} if n else {}
+    position = (select(func.count()).where(_AHEAD.project_id == project_id, _AHEAD.status == "queued",
+                                           tuple_(_AHEAD.created_at, _AHEAD.id) <= tuple_(Job.created_at, Job.id))
+                .correlate(Job).scalar_subquery())
+    rows = db.execute(select(Job.id, position).where(Job.id.in_([j.id for j in queued]),
+                                                     Job.project_id == project_id, Job.status == "queued"))
+    return {job_id: int(n) for job_id, n in rows}
 
 
 def job_public(job: Job, queue_position: int | None = None) -> JobPublic:

@@ -72,8 +72,9 @@ def _lora_rank(value: int | str) -> int | str:
 
 LoraRank = Annotated[int | Literal["auto"], _one_error("must be an integer in [0, 1024] or 'auto'"),
                      AfterValidator(_lora_rank)]
-TargetModules = Annotated[str | Annotated[tuple[Annotated[str, Field(min_length=1, max_length=200)], ...], LAX],
-                          _one_error("must be a module name, 'all-linear' or a list of names")]
+ModuleName = Annotated[str, Field(min_length=1, max_length=200)]
+TargetModules = Annotated[ModuleName | Annotated[tuple[ModuleName, ...], LAX, Field(max_length=1024)],
+                          _one_error("must be a module name, 'all-linear' or a list of up to 1024 names")]
 Freq = Annotated[int, AfterValidator(_freq)]
 
 

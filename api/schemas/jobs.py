@@ -31,7 +31,9 @@ ModelRef = Annotated[str, Field(min_length=1, max_length=500, description=(
     "A Keel model id (`model-...`) of this project, a hub id (`org/name`), or an absolute directory "
     "under one of the deployment's model roots."), examples=["Qwen/Qwen2.5-0.5B-Instruct"])]
 ResourceId = Annotated[str, Field(min_length=1, max_length=64)]
-Override = Annotated[str, Field(min_length=3, max_length=1000, examples=["actor_rollout_ref.actor.ppo_epochs=4"])]
+_OVERRIDE_MAX = 1000
+Override = Annotated[str, Field(min_length=3, max_length=_OVERRIDE_MAX,
+                                examples=["actor_rollout_ref.actor.ppo_epochs=4"])]
 
 
 class _Method(Strict):
@@ -46,7 +48,7 @@ class _Method(Strict):
         if not isinstance(data, dict) or not data.get("overrides"):
             return data
         overrides, hyperparameters = data["overrides"], data.get("hyperparameters", {})
-        if not (isinstance(overrides, list) and all(isinstance(o, str) for o in overrides)
+        if not (isinstance(overrides, list) and all(isinstance(o, str) and len(o) <= _OVERRIDE_MAX for o in overrides)
                 and isinstance(hyperparameters, dict) and len(overrides) <= MAX_OVERRIDES):
             return data  # the field validators say what is wrong
         return {**data, "hyperparameters": apply_overrides(hyperparameters, overrides), "overrides": []}
@@ -82,8 +84,8 @@ class RewardSpec(Strict):
     """A reward model (Keel model id of kind `reward_model`, hub id or directory)."""
     function: RewardFunction | None = None
     """A built-in rule reward; `data_source` picks one per row from the dataset's `data_source` column."""
-    options: dict[Annotated[str, Field(max_length=64)], str | int | float | bool] = Field(
-        default_factory=dict, max_length=32)
+    options: dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=4096)] | int | float | bool] = (
+        Field(default_factory=dict, max_length=32))
     """Keyword options of the rule function (e.g. `{"pattern": "..."}` for `regex`)."""
 
     @model_validator(mode="after")

@@ -5,8 +5,7 @@ import dataclasses
 
 import pytest
 
-from engine.config import (METHOD_CONFIGS, PPOConfig, RMDistillConfig, SFTConfig, build_config,
-                           config_to_dict)
+from engine.config import METHOD_CONFIGS, PPOConfig, RMDistillConfig, SFTConfig, build_config, config_to_dict
 from engine.errors import ConfigError
 
 

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises: 
-Create Date: 2026-11-30 00:43:27.454967
+Create Date: 2026-11-30 02:03:07.471025
 """
 from __future__ import annotations
 
@@ -102,6 +102,7 @@ def upgrade() -> None:
     op.create_index(op.f('ix_job_created_at'), 'job', ['created_at'], unique=False)
     op.create_index(op.f('ix_job_dispatched_at'), 'job', ['dispatched_at'], unique=False)
     op.create_index(op.f('ix_job_project_id'), 'job', ['project_id'], unique=False)
+    op.create_index('ix_job_queue_order', 'job', ['project_id', 'status', 'created_at', 'id'], unique=False)
     op.create_index(op.f('ix_job_status'), 'job', ['status'], unique=False)
     op.create_index(op.f('ix_job_training_file_id'), 'job', ['training_file_id'], unique=False)
     op.create_index(op.f('ix_job_validation_file_id'), 'job', ['validation_file_id'], unique=False)
@@ -159,6 +160,7 @@ def downgrade() -> None:
     op.drop_index(op.f('ix_job_validation_file_id'), table_name='job')
     op.drop_index(op.f('ix_job_training_file_id'), table_name='job')
     op.drop_index(op.f('ix_job_status'), table_name='job')
+    op.drop_index('ix_job_queue_order', table_name='job')
     op.drop_index(op.f('ix_job_project_id'), table_name='job')
     op.drop_index(op.f('ix_job_dispatched_at'), table_name='job')
     op.drop_index(op.f('ix_job_created_at'), table_name='job')
