@@ -5,8 +5,8 @@
 - file ids -> their local paths in the artifact store;
 - hyperparameters -> the method's frozen config (`engine.config.build_config`);
 - outputs: `jobs/<job_id>/output` and `jobs/<job_id>/checkpoints` in the artifact store;
-- `resume_from`: this job's newest complete checkpoint no later than the last step in its event log
-  (a re-queued job continues where it stopped), else the checkpoint named by `from_checkpoint`.
+- `resume_from`: this job's newest checkpoint in its event log (a re-queued job continues where it
+  stopped; `own_checkpoint`), else the checkpoint named by `from_checkpoint`.
 
 Reference problems raise user errors (`EngineError` with `user_error`): the job fails with their code.
 """
@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from core.config import settings
@@ -83,7 +84,7 @@ def resolve_request(db: Session, job: Job) -> JobRequest:
         output_dir=output_dir,
         checkpoint_dir=checkpoint_dir,
         seed=job.seed,
-        resume_from=latest_complete_checkpoint(checkpoint_dir, max_step=logged_step(job))
+        resume_from=own_checkpoint(db, job, checkpoint_dir)
         or from_checkpoint(db, job.project_id, spec.get("from_checkpoint")),
         teacher_path=resolve_model(db, job.project_id, teacher, roots, "method.teacher") if teacher else None,
         reward=reward,
@@ -120,6 +121,25 @@ def file_path(db: Session, project_id: str, file_id: str, param: str) -> str:
     return str(path)
 
 
+def own_checkpoint(db: Session, job: Job, checkpoint_dir: str) -> str | None:
+    """Where a re-queued job resumes: its newest checkpoint the event log recorded (a `Checkpoint` row)
+    whose directory is complete; without one, its newest complete directory no later than the log's
+    last step.
+
+    A controller whose worker died keeps training until it notices the job was re-queued, and its
+    reports are dropped from that moment, but not its checkpoint files. Resuming from a step whose
+    metrics were dropped would leave that step out of the log for good (a gap); resuming from one whose
+    checkpoint report was dropped would leave the checkpoint unlisted. Resuming from the newest one the
+    log knows re-runs those steps instead, and they are reported then.
+    """
+    recorded = db.scalars(select(Checkpoint.path).where(Checkpoint.job_id == job.id)
+                          .order_by(Checkpoint.step.desc())).all()
+    for path in recorded:
+        if os.path.isfile(os.path.join(path, COMPLETE_MARKER)):
+            return path
+    return latest_complete_checkpoint(checkpoint_dir, max_step=logged_step(job))
+
+
 def logged_step(job: Job) -> int | None:
     """The last training step in the job's event log (`progress.step`), None before the first."""
     step = (job.progress or {}).get("step")
@@ -128,14 +148,7 @@ def logged_step(job: Job) -> int | None:
 
 def latest_complete_checkpoint(root: str, max_step: int | None = None) -> str | None:
     """The newest `step_<N>` directory under `root` holding the completion marker (with N <= `max_step`
-    when given), or None.
-
-    A re-queued job passes the last step its log holds as `max_step`. The engine reports a step's
-    metrics before it saves that step's checkpoint, so a newer one was written by an attempt whose
-    reports were already being dropped: a controller that kept training after its worker died and the
-    job was re-queued. Resuming from it would leave that step out of the log for good (a gap); the
-    steps after the log's last one are run again instead.
-    """
+    when given), or None."""
     if not os.path.isdir(root):
         return None
     steps = [(int(m.group(1)), entry.path) for entry in os.scandir(root)
