@@ -17,7 +17,8 @@ from core.models import Job, JobEvent
 
 log = logging.getLogger(__name__)
 
-EVENT_TYPES = ("job.status", "job.metrics", "job.checkpoint", "job.log", "job.warning", "job.error", "job.done")
+EVENT_TYPES = ("job.status", "job.metrics", "job.checkpoint", "job.log", "job.warning", "job.error", "job.done",
+               "job.placement")
 CHANNEL_PREFIX = "keel:job:"
 
 

@@ -12,10 +12,12 @@ or inf score is treated as a diverging step (the PPO guardrails roll back).
 
 Built-ins:
 
-- `gsm8k`: the last `#### <number>` in the final 300 characters of the response, with `,` and `$`
-  stripped (and a trailing `.`), compared as a string with the ground truth: `score` (1.0) when
-  equal, `format_score` (0.0) when an answer is present but wrong, 0.0 when there is none
-  (VERL's GSM8K scorer, strict mode).
+- `gsm8k`: VERL's GSM8K scorer, strict mode: the last `#### <number>` (digits, `-`, `.`, `,`) in
+  the final 300 characters of the response, with `,` removed, compared as a string with the ground
+  truth as given: `score` (1.0) when equal, `format_score` (0.0) when an answer is present but wrong,
+  0.0 when there is none.
+- `gsm8k_flexible`: VERL's flexible mode: the last number anywhere in those 300 characters (not a
+  lone `.`), as written, compared the same way: for models that do not emit `####`.
 - `exact_match`: 1.0 when the stripped response equals the stripped ground truth
   (`ignore_case=False`).
 - `regex`: 1.0 when `pattern` (an option, else the ground truth) matches the response
@@ -132,30 +134,40 @@ def score_response(fn: RewardFn, response: str, ground_truth: str | None, **info
 
 # --- built-ins -----------------------------------------------------------------------------------
 
-_GSM8K_ANSWER = re.compile(r"#### \$?(-?[0-9.,$]+)")
+_GSM8K_STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
+_GSM8K_NUMBER = re.compile(r"(\-?[0-9\.\,]+)")
 _GSM8K_TAIL = 300
 """Only the end of a response is searched: a long answer cannot win by listing many numbers."""
 
 
-def _normalise_number(text: str) -> str:
-    return text.replace(",", "").replace("$", "").rstrip(".")
+def extract_gsm8k_answer(response: str, *, flexible: bool = False) -> str | None:
+    """VERL's GSM8K extraction over the final 300 characters. Strict: the last `#### <number>`, with
+    `,` removed. Flexible: the last number anywhere that is not a lone `.`, as written."""
+    tail = response[-_GSM8K_TAIL:]
+    if not flexible:
+        found = _GSM8K_STRICT.findall(tail)
+        return found[-1].replace(",", "").replace("$", "") if found else None
+    return next((n for n in reversed(_GSM8K_NUMBER.findall(tail)) if n not in ("", ".")), None)
 
 
-def extract_gsm8k_answer(response: str) -> str | None:
-    """The last `#### <number>` in the final 300 characters, normalised, or None."""
-    found = _GSM8K_ANSWER.findall(response[-_GSM8K_TAIL:])
-    return _normalise_number(found[-1]) if found else None
+def _gsm8k_score(answer: str | None, ground_truth: str | None, format_score: float, score: float) -> float:
+    if answer is None:
+        return 0.0
+    return float(score) if answer == ground_truth else float(format_score)
 
 
 @register_reward("gsm8k", aliases=("openai/gsm8k",))
 def gsm8k(response: str, ground_truth: str | None, *, format_score: float = 0.0, score: float = 1.0,
           **_: Any) -> float:
-    """GSM8K answer correctness (see the module docstring)."""
-    answer = extract_gsm8k_answer(response)
-    if answer is None:
-        return 0.0
-    truth = _normalise_number(str(ground_truth or "").strip())
-    return float(score) if answer == truth else float(format_score)
+    """GSM8K answer correctness, VERL's strict rule (see the module docstring)."""
+    return _gsm8k_score(extract_gsm8k_answer(response), ground_truth, format_score, score)
+
+
+@register_reward("gsm8k_flexible")
+def gsm8k_flexible(response: str, ground_truth: str | None, *, format_score: float = 0.0, score: float = 1.0,
+                   **_: Any) -> float:
+    """GSM8K correctness, VERL's flexible rule: the last number in the response is the answer."""
+    return _gsm8k_score(extract_gsm8k_answer(response, flexible=True), ground_truth, format_score, score)
 
 
 @register_reward("exact_match")

@@ -15,6 +15,12 @@ from engine.algos.kl import (
 from engine.algos.logits import entropy_from_logits, log_probs_from_logits
 from engine.algos.losses import LOSS_AGG_MODES, agg_loss, policy_loss, value_loss
 from engine.algos.masked import explained_variance, masked_mean, masked_sum, masked_var, masked_whiten
+from engine.algos.outcome import (
+    compute_reinforce_plus_plus_advantages,
+    compute_reinforce_plus_plus_baseline_advantages,
+    compute_remax_advantages,
+    compute_rloo_advantages,
+)
 
 __all__ = [
     "KL_KINDS",
@@ -25,6 +31,10 @@ __all__ = [
     "apply_kl_in_reward",
     "compute_gae",
     "compute_grpo_advantages",
+    "compute_reinforce_plus_plus_advantages",
+    "compute_reinforce_plus_plus_baseline_advantages",
+    "compute_remax_advantages",
+    "compute_rloo_advantages",
     "entropy_from_logits",
     "explained_variance",
     "kl_penalty",

@@ -24,14 +24,53 @@ from engine.rewards import (
     ("#### 8", "7", 0.0),
     ("no answer here", "7", 0.0),
     ("#### 1,234", "1234", 1.0),
-    ("#### $1,234", "1234", 1.0),
-    ("#### 42.", "42", 1.0),
+    ("#### $1,234", "1234", 0.0),  # VERL's strict rule: no `$` after `#### `
+    ("#### -7$42", "-742", 0.0),  # the answer is `-7`: `$` ends the number
+    ("#### -7$42", "-7", 1.0),
+    ("#### 42.", "42", 0.0),  # the trailing `.` is part of the number
+    ("#### 42.", "42.", 1.0),
     ("#### -3", "-3", 1.0),
     ("#### 5 then again #### 7", "7", 1.0),  # the last answer counts
     ("#### 7 then again #### 5", "7", 0.0),
 ])
 def test_gsm8k(response, truth, expected):
     assert rewards.gsm8k(response, truth) == expected
+
+
+@pytest.mark.parametrize(("response", "truth", "expected"), [
+    ("so the answer is 7", "7", 1.0),
+    ("3 then 1,234.", "1,234.", 1.0),
+    ("it is 5 .", "5", 1.0),  # a lone `.` is skipped
+    ("#### 8", "8", 1.0),
+    ("no number", "7", 0.0),
+])
+def test_gsm8k_flexible(response, truth, expected):
+    assert rewards.gsm8k_flexible(response, truth) == expected
+
+
+def _verl_strict(solution: str, truth: str) -> float:
+    """VERL's `gsm8k.compute_score(method="strict")`, written from its definition."""
+    import re
+
+    found = re.findall("#### (\\-?[0-9\\.\\,]+)", solution[-300:])
+    if not found:
+        return 0
+    return 1.0 if found[-1].replace(",", "").replace("$", "") == truth else 0.0
+
+
+def test_gsm8k_equals_verl_strict_on_random_strings():
+    import random
+
+    rng = random.Random(0)
+    alphabet = "0123456789-.,$# x\n"
+    for _ in range(5000):
+        response = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        if rng.random() < 0.7:
+            response = response[:rng.randint(0, len(response))] + "#### " + response
+        truth = "".join(rng.choice("0123456789-.") for _ in range(rng.randint(1, 4)))
+        if rng.random() < 0.5 and (answer := extract_gsm8k_answer(response)) is not None:
+            truth = answer
+        assert rewards.gsm8k(response, truth) == _verl_strict(response, truth), (response, truth)
 
 
 def test_gsm8k_reads_only_the_last_300_characters():

@@ -3,37 +3,17 @@ private database, so no other test's worker or sweeper ever sees these jobs."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 
 @pytest.fixture(scope="package")
-def fault_db():
+def fault_db(database):
     """A freshly migrated database of its own (beside the session's test database); dropped afterwards."""
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
+    from databases import private_database
 
-    from core import migrate
-    from core.config import settings
-    from core.db import get_engine
-
-    url = make_url(settings.database_url)
-    name = f"{url.database}_faults"
-    admin_url = os.environ.get("KEEL_TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    db_url = url.set(database=name).render_as_string(hide_password=False)
-    migrate.upgrade(db_url)
-    yield db_url
-    get_engine(db_url).dispose()
-    with admin.connect() as conn:
-        conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                          "WHERE datname = :d AND pid <> pg_backend_pid()"), {"d": name})
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
-    admin.dispose()
+    yield from private_database("faults")
 
 
 @pytest.fixture(scope="package")
