@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -12,11 +10,12 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
+from api import ratelimit
 from api.errors import ApiError
 from core.config import settings
 from core.db import session_factory
 from core.models import Project
-from core.security import authenticate
+from core.security import Caller, identify
 
 
 async def get_db() -> AsyncIterator[Session]:
@@ -35,51 +34,45 @@ SessionDep = Annotated[Session, Depends(get_db)]
 bearer = HTTPBearer(auto_error=False, description="A project API key: `Authorization: Bearer keel_...`")
 
 
-class _RateLimiter:
-    """A token bucket per API key (per process): bursts up to a minute's budget, refills evenly."""
-
-    def __init__(self) -> None:
-        self._buckets: dict[str, tuple[float, float]] = {}
-        self._lock = threading.Lock()
-
-    def check(self, key: str, per_minute: int) -> float | None:
-        """None if allowed, else seconds to wait."""
-        if per_minute <= 0:
-            return None
-        rate = per_minute / 60.0
-        now = time.monotonic()
-        with self._lock:
-            tokens, last = self._buckets.get(key, (float(per_minute), now))
-            tokens = min(float(per_minute), tokens + (now - last) * rate)
-            if tokens < 1.0:
-                self._buckets[key] = (tokens, now)
-                return (1.0 - tokens) / rate
-            self._buckets[key] = (tokens - 1.0, now)
-            return None
-
-
-rate_limiter = _RateLimiter()
-
-
 def get_current_project(request: Request, db: SessionDep,
                         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Project:
     return check_project(request, db, credentials)
 
 
 def check_project(request: Request, db: Session, credentials: HTTPAuthorizationCredentials | None) -> Project:
-    """The key's project (401 / 429 otherwise); sets `request.state.project_id`."""
+    """The key's project (401 / 429 otherwise); sets `request.state.project_id`, `.caller` (the key's
+    id and scope) and `.rate_limit` (the budget the `X-RateLimit-*` headers show)."""
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise ApiError(401, "unauthorized", "Missing API key: send `Authorization: Bearer <key>`.",
                        headers={"WWW-Authenticate": "Bearer"})
-    project = authenticate(db, credentials.credentials)
-    if project is None:
+    caller = identify(db, credentials.credentials)
+    if caller is None:
         raise ApiError(401, "unauthorized", "Invalid or revoked API key.", headers={"WWW-Authenticate": "Bearer"})
-    wait = rate_limiter.check(credentials.credentials, settings.RATE_LIMIT_PER_MINUTE)
-    if wait is not None:
-        raise ApiError(429, "rate_limited", "Too many requests for this API key.",
-                       headers={"Retry-After": str(max(1, int(wait + 0.999)))})
-    request.state.project_id = project.id
-    return project
+    budget = ratelimit.rate_limiter.check(caller.key_id, settings.RATE_LIMIT_PER_MINUTE)
+    request.state.rate_limit = budget
+    if budget is not None and not budget.allowed:
+        raise ApiError(429, "rate_limited", "Too many requests for this API key.", headers=budget.headers())
+    request.state.project_id = caller.project.id
+    request.state.caller = caller
+    return caller.project
 
 
 CurrentProject = Annotated[Project, Depends(get_current_project)]
+
+
+def get_caller(request: Request, project: CurrentProject) -> Caller:
+    """The authenticated key behind the request (its project, id and scope)."""
+    return request.state.caller
+
+
+CurrentCaller = Annotated[Caller, Depends(get_caller)]
+
+
+def get_admin(caller: CurrentCaller) -> Caller:
+    """An admin key, else 403."""
+    if not caller.admin:
+        raise ApiError(403, "forbidden", "This route needs an admin API key (`keel keys create --admin`).")
+    return caller
+
+
+AdminCaller = Annotated[Caller, Depends(get_admin)]

@@ -27,6 +27,7 @@ TAGS = [
     {"name": "events", "description": "A job's event log: paged, as metric series, and live as server-sent events."},
     {"name": "checkpoints", "description": "A job's checkpoints, downloadable as tar archives."},
     {"name": "models", "description": "Trained models: usable as the base, teacher or reward model of later jobs."},
+    {"name": "keys", "description": "The project's API keys (admin keys only): list, create, revoke."},
     {"name": "health", "description": "Liveness and readiness probes."},
 ]
 """Tag order and descriptions as the docs pages show them."""

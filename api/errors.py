@@ -39,11 +39,14 @@ class ApiError(Exception):
     """Raise from handlers and dependencies; rendered as problem+json."""
 
     def __init__(self, status: int, code: str, detail: str, *, param: str | None = None,
-                 headers: dict[str, str] | None = None, errors: list[dict[str, Any]] | None = None) -> None:
+                 headers: dict[str, str] | None = None, errors: list[dict[str, Any]] | None = None,
+                 extensions: dict[str, Any] | None = None) -> None:
         super().__init__(detail)
         self.status, self.code, self.detail, self.param = status, code, detail, param
         self.headers = headers or {}
         self.errors = errors
+        self.extensions = extensions
+        """Extra members of the problem body (RFC 9457 extensions), e.g. `memory_plan`."""
 
 
 def not_found(kind: str, id: str, param: str | None = None) -> ApiError:
@@ -53,11 +56,12 @@ def not_found(kind: str, id: str, param: str | None = None) -> ApiError:
 
 def problem_response(request: Request, status: int, code: str, detail: str, *, param: str | None = None,
                      headers: dict[str, str] | None = None,
-                     errors: list[dict[str, Any]] | None = None) -> JSONResponse:
+                     errors: list[dict[str, Any]] | None = None,
+                     extensions: dict[str, Any] | None = None) -> JSONResponse:
     body = Problem(type=f"/problems/{code}", title=_TITLES.get(status, "Error"), status=status, detail=detail,
                    code=code, param=param, request_id=getattr(request.state, "request_id", None), errors=errors)
-    return JSONResponse(body.model_dump(exclude_none=True), status_code=status, media_type=PROBLEM_JSON,
-                        headers=headers)
+    content = {**(extensions or {}), **body.model_dump(exclude_none=True)}  # extensions never replace a member
+    return JSONResponse(content, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
 _MAX_PART = 100
@@ -72,7 +76,7 @@ def _loc_to_param(loc: tuple[Any, ...] | list[Any]) -> str | None:
     return ".".join(parts) or None
 
 
-_UNION_TAGS = {"sft", "reward_model", "rm_distill", "ppo"}
+_UNION_TAGS = {"sft", "reward_model", "rm_distill", "dpo", "ppo", "eval"}
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -89,7 +93,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError):
         return problem_response(request, exc.status, exc.code, exc.detail, param=exc.param,
-                                headers=exc.headers, errors=exc.errors)
+                                headers=exc.headers, errors=exc.errors, extensions=exc.extensions)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import uuid
 from contextlib import asynccontextmanager
 
@@ -11,9 +10,9 @@ from fastapi.routing import APIRoute
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api import docs, errors, streams
-from api.routes import checkpoints, events, files, health, jobs, models
-from core.config import settings
+from api import bodysize, docs, errors, metrics, ratelimit, streams
+from api.routes import checkpoints, events, files, health, jobs, keys, models
+from core import logging as logcontext
 
 DESCRIPTION = """Keel is an offline-RLHF training service: upload datasets, run SFT, reward-model,
 reward-model distillation and PPO jobs, and follow them live.
@@ -63,7 +62,8 @@ curl -X POST -H "Idempotency-Key: 5b0e4d1c-..." -H "Content-Type: application/js
 
 ## Server-sent events
 `GET /v1/jobs/{job_id}/events/stream` streams a job's events (`text/event-stream`) until it finishes:
-`job.status`, `job.metrics`, `job.checkpoint`, `job.log`, `job.warning`, `job.error`, `job.done`. Each
+`job.status`, `job.placement`, `job.metrics`, `job.checkpoint`, `job.log`, `job.warning`, `job.error`,
+`job.done`. Each
 event's `id` is its sequence number; after a dropped connection, reconnect with the `Last-Event-ID`
 header (browsers' `EventSource` does this itself) and the stream resumes with the next event, nothing
 lost and nothing repeated. A comment line (`: ping`) keeps idle connections open every 15 s. The
@@ -96,6 +96,7 @@ class RequestIdMiddleware:
         if not rid or len(rid) > 100 or not rid.isascii():
             rid = "req_" + uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = rid
+        logcontext.bind(request_id=rid)  # this request's task; handlers may add the job id
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -117,16 +118,21 @@ async def _lifespan(app: FastAPI):
 
 
 def create_app() -> FastAPI:
-    logging.basicConfig(level=settings.LOG_LEVEL)
+    logcontext.configure()
     app = FastAPI(title="Keel", version="0.1.0", description=DESCRIPTION,
                   generate_unique_id_function=_operation_id, docs_url=None, redoc_url=None,
                   lifespan=_lifespan)
     errors.install(app)
     docs.install(app)
 
+    bodysize.install(app)  # innermost: a too-large body is refused before anything reads it
+    app.add_middleware(ratelimit.RateLimitHeaders)
     app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(metrics.HttpMetrics)  # outermost: counts every answer, 413s and 500s included
 
     app.include_router(health.router)
+    app.include_router(metrics.router)
+    app.include_router(keys.router)
     app.include_router(files.router)
     app.include_router(jobs.router)
     app.include_router(events.router)

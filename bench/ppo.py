@@ -17,6 +17,15 @@ up to `timing_s/step`.
 
 Defaults: the demo policy, the demo model as reward model (a fresh, seeded score head), the demo
 prompts (`bench/out/demo`).
+
+`--step-cost --repeat N` measures what one update step costs instead, in this process (no Ray, no
+reference or reward model: advantages are seeded noise): per iteration, the rollback snapshot of
+actor and critic, generation, old log-probs, values, the critic update and the actor update
+(including whatever the actor does for the KL guardrail). It prints median/min/max over N
+iterations (after one warm-up) of the iteration (`step_ms`), of the snapshot (`snapshot_ms`) and of
+each phase, and `snapshot_share` = snapshot / iteration (medians). It uses only the role classes'
+public verbs, so the same file measures an older engine too (run it with that tree first on
+`PYTHONPATH`): that is how docs/benchmarks.md compares before and after.
 """
 
 from __future__ import annotations
@@ -26,20 +35,21 @@ import os
 import tempfile
 import time
 
-from bench.common import demo_assets, emit, load_average, set_threads
+from bench.common import demo_assets, emit, load_average, set_threads, spread
 
 TIMING_NOTE = "mean over steps 2..N of timing_s/*; excludes Ray start-up, loading, step 1, final checkpoint/save"
 
 
 def build_request(model: str, reward_model: str, prompts: str, work: str, *, batch: int, response_length: int,
                   prompt_length: int, steps: int, epochs: int, dtype: str, gradient_checkpointing: bool,
-                  threads: int, seed: int):
+                  threads: int, seed: int, packing: bool = True):
     from engine.config import JobRequest, PPOConfig, Resources, build_config
 
     cfg = build_config(PPOConfig, {
         "data": {"train_batch_size": batch, "max_prompt_length": prompt_length,
                  "max_response_length": response_length, "truncation": "left"},
-        "model": {"dtype": dtype, "enable_gradient_checkpointing": gradient_checkpointing},
+        "model": {"dtype": dtype, "enable_gradient_checkpointing": gradient_checkpointing,
+                  "use_remove_padding": packing},
         "actor": {"ppo_mini_batch_size": batch, "ppo_epochs": epochs},
         "critic": {"ppo_mini_batch_size": batch, "ppo_epochs": epochs},
         "rollout": {"n": 1, "temperature": 1.0},
@@ -76,6 +86,65 @@ def summarise(reporter, batch: int) -> dict:
             "response_length_mean": round(sum(v["response_length/mean"] for v in timed) / len(timed), 2)}
 
 
+def step_cost(model: str, prompts: str, *, batch: int, response_length: int, prompt_length: int, epochs: int,
+              dtype: str, gradient_checkpointing: bool, threads: int, seed: int, repeat: int,
+              packing: bool = True) -> dict:
+    """One update step's cost, phase by phase, in process (see the module docstring)."""
+    import torch
+
+    from engine.data import load_rows, tokenize_prompts
+    from engine.models import load_tokenizer
+    from engine.roles.actor import ActorRollout
+    from engine.roles.critic import Critic
+    from engine.rollout import row_seed
+
+    cfg = build_request(model, model, prompts, "/nonexistent", batch=batch, response_length=response_length,
+                        prompt_length=prompt_length, steps=repeat + 1, epochs=epochs, dtype=dtype,
+                        gradient_checkpointing=gradient_checkpointing, threads=threads, seed=seed,
+                        packing=packing).config
+    actor = ActorRollout(cfg, model, total_steps=repeat + 1, seed=seed)
+    critic = Critic(cfg, model, total_steps=repeat + 1, seed=seed)
+    rows = load_rows(prompts, "prompts")[:batch]
+    prompt_ids = [p.prompt_ids for p in tokenize_prompts(rows, load_tokenizer(model), prompt_length, "left")]
+    noise = torch.Generator().manual_seed(seed)
+    phases = ("step", "snapshot", "gen", "old_log_prob", "values", "update_critic", "update_actor")
+    times: dict[str, list[float]] = {k: [] for k in phases}
+    for i in range(repeat + 1):  # iteration 0 warms up
+        t: dict[str, float] = {}
+        start = time.perf_counter()
+        actor.snapshot()
+        critic.snapshot()
+        t["snapshot"] = time.perf_counter() - start
+        mark = time.perf_counter()
+        rollout, _ = actor.generate(prompt_ids, [row_seed(seed, i, j) for j in range(len(prompt_ids))])
+        t["gen"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        old = actor.compute_log_prob(rollout)["log_probs"]
+        t["old_log_prob"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        values = critic.compute_values(rollout)["values"]
+        t["values"] = time.perf_counter() - mark
+        mask = rollout["response_mask"]
+        advantages = torch.randn(mask.shape, generator=noise) * mask
+        train = dict(rollout, old_log_probs=old, ref_log_probs=torch.zeros(mask.shape), advantages=advantages,
+                     returns=values + advantages, values=values)
+        mark = time.perf_counter()
+        critic.update_critic(train, [len(prompt_ids)])
+        t["update_critic"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        actor.update_actor(train, [len(prompt_ids)])
+        t["update_actor"] = time.perf_counter() - mark
+        t["step"] = time.perf_counter() - start
+        if i:
+            for k in phases:
+                times[k].append(t[k] * 1000.0)
+    out = {f"{k}_ms": spread(v) for k, v in times.items()}
+    out["snapshot_share"] = round(out["snapshot_ms"]["median"] / out["step_ms"]["median"], 5)
+    out["trained_params"] = sum(p.numel() for r in (actor, critic) for p in r.model.parameters() if p.requires_grad)
+    out["timing"] = f"in-process iterations 2..{repeat + 1}; ms; snapshot_share = median snapshot / median step"
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="policy directory (default: the demo Llama)")
@@ -86,10 +155,14 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--prompt-length", type=int, default=64, help="max prompt tokens (longer: cut on the left)")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--epochs", type=int, default=1, help="PPO epochs per batch")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     p.add_argument("--gradient-checkpointing", action="store_true")
     p.add_argument("--threads", type=int, default=None, help="CPUs for the local Ray and torch (default: all)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--step-cost", action="store_true",
+                   help="measure one update step's phases in process (snapshot share; see above)")
+    p.add_argument("--repeat", type=int, default=5, help="--step-cost: timed iterations (after one warm-up)")
+    p.add_argument("--no-packing", action="store_true", help="model.use_remove_padding=false (padded forwards)")
     p.add_argument("--json", action="store_true", help="print one JSON line")
     args = p.parse_args(argv)
 
@@ -99,6 +172,19 @@ def main(argv: list[str] | None = None) -> dict:
         assets = demo_assets()
         model, reward_model = model or assets["model"], reward_model or assets["model"]
         prompts = prompts or assets["prompts_train"]
+
+    if args.step_cost:
+        load_avg = load_average()
+        result = {"bench": "ppo.step_cost", "dtype": args.dtype, "threads": threads, "batch": args.batch,
+                  "packing": not args.no_packing,
+                  "response_length": args.response_length, "epochs": args.epochs,
+                  **step_cost(model, prompts, batch=args.batch, response_length=args.response_length,
+                              prompt_length=args.prompt_length, epochs=args.epochs, dtype=args.dtype,
+                              gradient_checkpointing=args.gradient_checkpointing, threads=threads,
+                              seed=args.seed, repeat=args.repeat, packing=not args.no_packing),
+                  "load_avg_1m": load_avg, "cpus": os.cpu_count()}
+        emit(result, args.json)
+        return result
 
     import ray
 
@@ -113,7 +199,7 @@ def main(argv: list[str] | None = None) -> dict:
                                     response_length=args.response_length, prompt_length=args.prompt_length,
                                     steps=args.steps, epochs=args.epochs, dtype=args.dtype,
                                     gradient_checkpointing=args.gradient_checkpointing, threads=threads,
-                                    seed=args.seed)
+                                    seed=args.seed, packing=not args.no_packing)
             reporter = RecordingReporter()
             start = time.perf_counter()
             run_ppo(request, reporter)
@@ -122,7 +208,8 @@ def main(argv: list[str] | None = None) -> dict:
         ray.shutdown()
     result = {"bench": "ppo", "dtype": args.dtype, "threads": threads, "batch": args.batch,
               "response_length": args.response_length, "steps": args.steps, "epochs": args.epochs,
-              "gradient_checkpointing": args.gradient_checkpointing, **summarise(reporter, args.batch),
+              "gradient_checkpointing": args.gradient_checkpointing, "packing": not args.no_packing,
+              **summarise(reporter, args.batch),
               "wall_s": round(wall, 2), "timing": TIMING_NOTE, "load_avg_1m": load_avg,
               "cpus": os.cpu_count()}
     emit(result, args.json)

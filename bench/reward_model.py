@@ -2,7 +2,8 @@
 
     python -m bench.reward_model [--model DIR] [--data FILE] [--val-data FILE] [--batch-size 16]
         [--max-length 256] [--steps 100] [--dtype float32|bfloat16] [--threads N]
-        [--longtail] [--gradient-checkpointing] [--max-tokens 3072] [--peak-gflops X] --json
+        [--longtail] [--gradient-checkpointing] [--max-tokens 3072] [--peak-gflops X]
+        [--no-remove-padding] [--packing-compare --rounds 3] --json
 
 Runs `engine.reward_model.run_reward_model` in this process (one worker, as a single-worker job
 runs) with a `RecordingReporter`, then reads the per-step metrics it reported:
@@ -25,6 +26,12 @@ trains on `bench.datasets`' long-tail pairs (responses 10..400 tokens) instead o
 --wide trains `bench.datasets`' wide Llama (hidden 768, 4 layers, 28M parameters) instead of the
 demo Llama (hidden 128, 0.3M parameters besides embeddings, overhead-bound): MFU is a property of
 the shapes as much as of the code.
+
+`model.use_remove_padding` (sequence packing, `engine.packing`) is on, as in a job's defaults;
+--no-remove-padding runs the padded (length-grouped) forwards instead. --packing-compare runs the
+same job --rounds times each way, alternating which goes first, and prints per-round packed/padded
+ratios of `tokens_per_s` (wall) and `tokens_per_core_s` (CPU time) as median/min/max, with each
+mode's padding efficiency and final loss (equal losses: both runs trained the same model).
 """
 
 from __future__ import annotations
@@ -34,19 +41,21 @@ import itertools
 import tempfile
 import time
 
-from bench.common import demo_assets, emit, gemm_peak_gflops, load_average, matmul_params, set_threads
+from bench.common import demo_assets, emit, gemm_peak_gflops, load_average, matmul_params, set_threads, spread
 from engine.reporting import RecordingReporter
 
 TIMING_NOTE = "sum of timing_s/step over steps 2..N; excludes loading, tokenization, step 1, validation, save"
 
 
 def build_request(model: str, data: str, val_data: str | None, work: str, *, batch_size: int, max_length: int,
-                  steps: int, dtype: str, gradient_checkpointing: bool, max_tokens: int, lr: float, seed: int):
+                  steps: int, dtype: str, gradient_checkpointing: bool, max_tokens: int, lr: float, seed: int,
+                  remove_padding: bool = True):
     from engine.config import JobRequest, RewardModelConfig, build_config
 
     cfg = build_config(RewardModelConfig, {
         "data": {"train_batch_size": batch_size, "max_length": max_length, "truncation": "right"},
-        "model": {"dtype": dtype, "enable_gradient_checkpointing": gradient_checkpointing},
+        "model": {"dtype": dtype, "enable_gradient_checkpointing": gradient_checkpointing,
+                  "use_remove_padding": remove_padding},
         "optim": {"lr": lr},
         "trainer": {"total_training_steps": steps, "test_freq": -1, "save_freq": -1},
         "max_token_len_per_gpu": max_tokens,
@@ -88,6 +97,49 @@ def summarise(reporter, batch_size: int, threads: int) -> dict:
             "val_accuracy": round(last["val/rm/accuracy"], 4) if "val/rm/accuracy" in last else None}
 
 
+def run_once(model: str, data: str, val_data: str | None, args: argparse.Namespace, threads: int, *,
+             remove_padding: bool) -> tuple[dict, float]:
+    """One training run in this process: (`summarise` of its steps, wall seconds)."""
+    from engine.reward_model import run_reward_model
+
+    with tempfile.TemporaryDirectory(prefix="keel-bench-rm-") as work:
+        request = build_request(model, data, val_data, work, batch_size=args.batch_size,
+                                max_length=args.max_length, steps=args.steps, dtype=args.dtype,
+                                gradient_checkpointing=args.gradient_checkpointing, max_tokens=args.max_tokens,
+                                lr=args.lr, seed=args.seed, remove_padding=remove_padding)
+        reporter = CPUClockReporter()
+        start = time.perf_counter()
+        run_reward_model(request, reporter)
+        return summarise(reporter, args.batch_size, threads), time.perf_counter() - start
+
+
+def compare_packing(model: str, data: str, val_data: str | None, args: argparse.Namespace, threads: int) -> dict:
+    """`--rounds` rounds of a packed and a padded run of the same job, alternating which goes first
+    (so drift in the machine's load hits both); the ratios are taken within each round."""
+    runs: dict[str, list[dict]] = {"packed": [], "padded": []}
+    loads = []
+    for r in range(args.rounds):
+        loads.append(load_average())
+        for mode in (("packed", "padded") if r % 2 == 0 else ("padded", "packed")):
+            summary, _ = run_once(model, data, val_data, args, threads, remove_padding=mode == "packed")
+            runs[mode].append(summary)
+
+    def ratios(key: str) -> dict | None:
+        pairs = [(a[key], b[key]) for a, b in zip(runs["packed"], runs["padded"])]
+        return spread([a / b for a, b in pairs]) if all(a and b for a, b in pairs) else None
+
+    def per_mode(key: str) -> dict:
+        return {mode: spread([run[key] for run in rs]) for mode, rs in runs.items() if all(run[key] for run in rs)}
+
+    return {"bench": "reward_model_packing", "dtype": args.dtype, "threads": threads, "batch_size": args.batch_size,
+            "max_length": args.max_length, "steps": args.steps, "max_tokens": args.max_tokens, "data": data,
+            "rounds": args.rounds,
+            "tokens_per_s_ratio": ratios("tokens_per_s"), "tokens_per_core_s_ratio": ratios("tokens_per_core_s"),
+            "tokens_per_s": per_mode("tokens_per_s"), "tokens_per_core_s": per_mode("tokens_per_core_s"),
+            "padding_efficiency": per_mode("padding_efficiency"), "final_loss": per_mode("final_loss"),
+            "runs": runs, "timing": TIMING_NOTE, "load_avg_1m": loads}
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="model directory (default: the demo Llama)")
@@ -107,6 +159,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: one per core)")
     p.add_argument("--peak-gflops", type=float, default=None, help="GEMM peak to use (default: measure it)")
     p.add_argument("--no-mfu", action="store_true", help="skip the GEMM measurement (mfu: null)")
+    p.add_argument("--no-remove-padding", action="store_true",
+                   help="model.use_remove_padding=false: padded (length-grouped) forwards instead of packed rows")
+    p.add_argument("--packing-compare", action="store_true",
+                   help="alternate packed and padded runs (--rounds each) and print their tokens/s ratio")
+    p.add_argument("--rounds", type=int, default=3, help="--packing-compare: rounds of (packed, padded)")
     p.add_argument("--json", action="store_true", help="print one JSON line")
     args = p.parse_args(argv)
 
@@ -128,21 +185,16 @@ def main(argv: list[str] | None = None) -> dict:
             else:
                 data, val_data = assets["preference_train"], val_data or assets["preference_val"]
 
-    from engine.reward_model import run_reward_model
-
+    if args.packing_compare:
+        result = compare_packing(model, data, val_data, args, threads)
+        emit(result, args.json)
+        return result
     load_avg = load_average()
-    with tempfile.TemporaryDirectory(prefix="keel-bench-rm-") as work:
-        request = build_request(model, data, val_data, work, batch_size=args.batch_size,
-                                max_length=args.max_length, steps=args.steps, dtype=args.dtype,
-                                gradient_checkpointing=args.gradient_checkpointing, max_tokens=args.max_tokens,
-                                lr=args.lr, seed=args.seed)
-        reporter = CPUClockReporter()
-        start = time.perf_counter()
-        run_reward_model(request, reporter)
-        wall = time.perf_counter() - start
+    summary, wall = run_once(model, data, val_data, args, threads, remove_padding=not args.no_remove_padding)
     result = {"bench": "reward_model", "dtype": args.dtype, "threads": threads, "batch_size": args.batch_size,
               "max_length": args.max_length, "steps": args.steps, "data": data,
-              "gradient_checkpointing": args.gradient_checkpointing, **summarise(reporter, args.batch_size, threads)}
+              "gradient_checkpointing": args.gradient_checkpointing,
+              "use_remove_padding": not args.no_remove_padding, **summary}
     peak = None if args.no_mfu else args.peak_gflops or gemm_peak_gflops(args.dtype, threads)
     n = matmul_params(model, head="score")
     result.update({

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -37,17 +37,43 @@ class Settings(BaseSettings):
     """Ray cluster address; empty = a local Ray on loopback started by the worker."""
     RAY_NUM_CPUS: int = 2
     STORAGE_URL: str = ""
-    """Artifact store: a local directory (default HOME/artifacts) or any fsspec URL."""
+    """Artifact store: a local directory (default HOME/artifacts; mounted at the same path on every
+    Ray node) or an fsspec URL such as `s3://bucket/prefix` (docs/storage.md)."""
+    STORAGE_OPTIONS: dict[str, Any] = Field(default_factory=dict)
+    """fsspec options of a remote store as a JSON object, e.g. `{"endpoint_url": "http://minio:9000"}`;
+    they travel with each job to the Ray nodes. Credentials may come from the usual AWS_* variables."""
+    ARTIFACT_CACHE_DIR: str = ""
+    """Node-local directory where job code stages remote artifacts (empty: <system temp>/keel-artifacts)."""
     MODEL_ROOTS: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Directories workers may load base models from (JSON list or comma-separated; empty = HOME/models)."""
     MAX_UPLOAD_BYTES: int = 2 * 1024**3
     MAX_RUNNING_JOBS_PER_PROJECT: int = 2
     WORKER_HEARTBEAT_S: float = 5.0
     WORKER_HEARTBEAT_TIMEOUT_S: float = 60.0
+    MAX_JOB_CPUS: float = 0.0
+    """Most CPUs one job may reserve in all (0 = no cap beyond the cluster's size)."""
+    MAX_JOB_GPUS: float = 0.0
+    """Most GPUs one job may reserve in all (0 = no cap beyond the cluster's size)."""
+    GPU_MEMORY_BYTES: int = Field(default=0, ge=0)
+    """Memory of one GPU of the cluster, for the memory plan (0 = unknown: GPU jobs are not checked)."""
+    WORKER_MEMORY_BYTES: int = Field(default=0, ge=0)
+    """Host memory one job worker may use, for the memory plan (0 = unknown: not checked)."""
     RATE_LIMIT_PER_MINUTE: int = 6000
     """Requests per minute per API key (0 disables)."""
     IDEMPOTENCY_TTL_S: int = 24 * 3600
+    MAX_STREAMS_PER_KEY: int = Field(default=20, ge=0)
+    """Concurrent event streams (SSE) one API key may hold open (0 = no cap); 429 beyond."""
+    MAX_JSON_BODY_BYTES: int = Field(default=1024**2, ge=1)
+    """Largest request body of the non-upload routes (413 beyond, refused before it is read)."""
     LOG_LEVEL: str = "INFO"
+    LOG_FORMAT: Literal["json", "text"] | None = None
+    """`json` (one object per line, with request_id / job_id) or `text`; default: json in production."""
+    METRICS_TOKEN: str = ""
+    """When set, `GET /metrics` needs `Authorization: Bearer <token>`; empty = open, like /healthz."""
+    WORKER_METRICS_PORT: int = Field(default=0, ge=0, le=65535)
+    """Port of the Prometheus endpoint of each worker's main process (0 = off)."""
+    WORKER_METRICS_HOST: str = "127.0.0.1"
+    """Address that endpoint binds (0.0.0.0 in containers, so Prometheus can reach it)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -76,6 +102,10 @@ class Settings(BaseSettings):
     @property
     def broker_url(self) -> str:
         return self.BROKER_URL or f"sqla+sqlite:///{self.home / 'broker.db'}"
+
+    @property
+    def log_format(self) -> str:
+        return self.LOG_FORMAT or ("json" if self.ENV == "production" else "text")
 
     @property
     def storage_url(self) -> str:

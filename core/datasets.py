@@ -25,6 +25,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 PURPOSES = ("preference", "prompts", "sft")
+"""Purposes a user may upload."""
+OUTPUT_PURPOSES = ("eval_results",)
+"""Purposes of files Keel writes itself (a job's results): listed and downloadable, never uploadable."""
+OUTPUT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "eval_results": ("prompt_index", "sample_index", "prompt", "ground_truth", "data_source", "response",
+                     "response_length", "score", "compare_response", "compare_response_length", "compare_score",
+                     "outcome"),
+}
+"""The columns of each output purpose, in order (engine/evaluate.py writes them; `compare_*` and
+`outcome` only for an evaluation with `compare_to`)."""
 REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "preference": ("prompt", "chosen", "rejected"),
     "prompts": ("prompt",),
@@ -114,8 +124,8 @@ def inspect_dataset(source: str | BinaryIO, purpose: str) -> DatasetInfo:
 
 
 def preview_rows(source: str | BinaryIO, purpose: str, limit: int) -> list[dict[str, Any]]:
-    """The first `limit` rows of an already checked file, with the purpose's columns only."""
-    wanted = REQUIRED_COLUMNS[purpose] + OPTIONAL_COLUMNS[purpose]
+    """The first `limit` rows of an already checked file (or a job's output), with the purpose's columns only."""
+    wanted = OUTPUT_COLUMNS.get(purpose) or REQUIRED_COLUMNS[purpose] + OPTIONAL_COLUMNS[purpose]
     with _opened(source) as f:
         if sniff_format(f.read(4096)) == "parquet":
             f.seek(0)

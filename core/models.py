@@ -8,7 +8,9 @@ from typing import Any, ClassVar
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -16,6 +18,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -61,6 +64,10 @@ class ApiKey(Base):
     """The key's first characters: finds the row without scanning every hash."""
     hash: Mapped[str] = mapped_column(String(64))
     """HMAC-SHA256 of the whole key with the deployment secret; the key itself is never stored."""
+    name: Mapped[str | None] = mapped_column(String(100), default=None)
+    """A label of the key's owner's choosing (`ci`, `alice`); never secret."""
+    admin: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    """May manage the project's keys (`/v1/keys`)."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
 
@@ -105,7 +112,11 @@ class Job(Base):
     training_file_id: Mapped[str] = mapped_column(ForeignKey("file.id"), index=True)
     validation_file_id: Mapped[str | None] = mapped_column(ForeignKey("file.id"), default=None, index=True)
     output_model_id: Mapped[str | None] = mapped_column(String(40), default=None)
+    result_files: Mapped[list[Any] | None] = mapped_column(JSONType, default=None)
+    """Ids of the files a succeeded job wrote (eval: its `eval_results` file); null for other jobs."""
     seed: Mapped[int] = mapped_column(Integer, default=0)
+    created_by: Mapped[str | None] = mapped_column(ForeignKey("api_key.id", ondelete="SET NULL"), default=None)
+    """The API key that created the job (null for jobs older than this column)."""
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
     progress: Mapped[dict[str, Any]] = mapped_column(default=dict)
     latest_metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
@@ -116,6 +127,14 @@ class Job(Base):
     """Counter for job_event.seq, bumped atomically so seq is gap-free and monotonic."""
     worker_id: Mapped[str | None] = mapped_column(String(200), default=None)
     heartbeat_at: Mapped[datetime | None] = mapped_column(default=None)
+    """The worker process running the attempt is alive (the database's clock, `core.clock`)."""
+    controller_heartbeat_at: Mapped[datetime | None] = mapped_column(default=None)
+    """The attempt's Ray controller is alive and its loop within its step timeout (database clock);
+    null until the controller's first beat. The worker stops bumping `heartbeat_at` while this is stale."""
+    queue_reason: Mapped[str | None] = mapped_column(String(40), default=None)
+    """Why a queued job is not running yet (`waiting_for_resources`); null otherwise."""
+    placement: Mapped[list[Any] | None] = mapped_column(JSONType, default=None)
+    """Where the running attempt's workers landed: `{role, rank, node_id, node_ip, ...}` each."""
     dispatched_at: Mapped[datetime | None] = mapped_column(default=None, index=True)
     """Null until the broker accepted the task (the outbox: a sweeper sends what is left)."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
@@ -181,3 +200,20 @@ class IdempotencyKey(Base):
     response_status: Mapped[int] = mapped_column(Integer)
     response_body: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+
+
+class ClusterNode(Base):
+    """One Ray node's capacity as a worker last saw it (the API never talks to Ray: it reads this)."""
+
+    __tablename__ = "cluster_node"
+
+    node_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    node_ip: Mapped[str] = mapped_column(String(100))
+    cpus_total: Mapped[float] = mapped_column(Float)
+    cpus_available: Mapped[float] = mapped_column(Float)
+    gpus_total: Mapped[float] = mapped_column(Float)
+    gpus_available: Mapped[float] = mapped_column(Float)
+    source: Mapped[str] = mapped_column(String(200))
+    """Who published it: the cluster address, or `local:<host>:<pid>` for a worker's private Ray."""
+    observed_at: Mapped[datetime] = mapped_column(index=True)
+    """The database's clock when it was published."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -20,26 +22,60 @@ def hash_key(key: str) -> str:
     return hmac.new(settings.SECRET_KEY.encode(), key.encode(), hashlib.sha256).hexdigest()
 
 
-def create_api_key(db: Session, project: Project) -> str:
-    """Create a key for `project` and return it; only its hash is stored."""
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: the key's project, the key's id (jobs record it) and its scope."""
+
+    project: Project
+    key_id: str
+    admin: bool
+
+
+def issue_api_key(db: Session, project: Project, *, admin: bool = False, name: str | None = None) -> tuple[ApiKey, str]:
+    """A new key row for `project` and the key itself, which is never stored (only its hash)."""
     key = KEY_PREFIX + secrets.token_urlsafe(32)
-    db.add(ApiKey(project_id=project.id, prefix=key[:_LOOKUP_LEN], hash=hash_key(key)))
+    row = ApiKey(project_id=project.id, prefix=key[:_LOOKUP_LEN], hash=hash_key(key), admin=admin, name=name)
+    db.add(row)
     db.flush()
-    return key
+    return row, key
 
 
-def authenticate(db: Session, key: str) -> Project | None:
-    """The key's project, or None. Every candidate is compared in constant time."""
+def create_api_key(db: Session, project: Project, *, admin: bool = False, name: str | None = None) -> str:
+    """Create a key for `project` and return it; only its hash is stored."""
+    return issue_api_key(db, project, admin=admin, name=name)[1]
+
+
+def identify(db: Session, key: str) -> Caller | None:
+    """The caller behind an unrevoked key, or None. Every candidate is compared in constant time.
+    Nothing is cached: a revoked key is refused by the very next request."""
     if not key.startswith(KEY_PREFIX) or len(key) > 200:
         return None
     digest = hash_key(key)
-    rows = db.execute(select(ApiKey.hash, Project).join(Project, Project.id == ApiKey.project_id)
+    rows = db.execute(select(ApiKey.id, ApiKey.admin, ApiKey.hash, Project)
+                      .join(Project, Project.id == ApiKey.project_id)
                       .where(ApiKey.prefix == key[:_LOOKUP_LEN], ApiKey.revoked_at.is_(None))).all()
     found = None
-    for stored, project in rows:  # one query; every candidate compared
+    for key_id, admin, stored, project in rows:  # one query; every candidate compared
         if hmac.compare_digest(stored, digest):
-            found = project
+            found = Caller(project=project, key_id=key_id, admin=bool(admin))
     return found
+
+
+def authenticate(db: Session, key: str) -> Project | None:
+    """The key's project, or None (see `identify`)."""
+    caller = identify(db, key)
+    return None if caller is None else caller.project
+
+
+def revoke_api_key(db: Session, project_id: str, key_id: str) -> ApiKey | None:
+    """Revoke one of the project's keys (idempotent); None if the project has no such key."""
+    row = db.get(ApiKey, key_id)
+    if row is None or row.project_id != project_id:
+        return None
+    if row.revoked_at is None:
+        row.revoked_at = datetime.now(UTC)
+        db.flush()
+    return row
 
 
 def get_or_create_project(db: Session, name: str) -> tuple[Project, bool]:

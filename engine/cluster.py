@@ -7,14 +7,17 @@ import importlib.metadata
 import os
 from typing import Any
 
-# Without these, a local Ray advertises the host's non-loopback address and phones home.
+# Without these, a local Ray advertises the host's non-loopback address and phones home. Only for
+# the private local Ray: a driver joining a real cluster must find its node by the host's address.
 _LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 def connect(address: str | None = None, num_cpus: int | None = None) -> None:
     """Initialise Ray once per process: join `address` if given, else start a loopback-only local Ray."""
-    for key, value in _LOOPBACK_ENV.items():
-        os.environ.setdefault(key, value)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if not address:
+        for key, value in _LOOPBACK_ENV.items():
+            os.environ.setdefault(key, value)
     import ray
 
     if ray.is_initialized():

@@ -16,9 +16,23 @@ from typing import Any, Literal
 
 from engine.errors import ConfigError
 
-Dtype = Literal["float32", "bfloat16"]
+Dtype = Literal["float32", "bfloat16", "float16"]
 Truncation = Literal["error", "left", "right"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+
+
+Strategy = Literal["ddp", "fsdp2"]
+
+
+@dataclass(frozen=True)
+class FSDPConfig:
+    """FSDP2 options (VERL: `fsdp_config`); they apply with `strategy: fsdp2` only."""
+
+    param_offload: bool = False
+    """Keep the sharded parameters and gradients in host memory (FSDP2 `CPUOffloadPolicy`); the
+    optimizer step then runs on the CPU."""
+    optimizer_offload: bool = False
+    """Keep the optimizer state in host memory between steps (moved to the device for the step)."""
 
 
 @dataclass(frozen=True)
@@ -26,11 +40,15 @@ class ModelConfig:
     """How the trained model is loaded (VERL: `actor_rollout_ref.model`)."""
 
     dtype: Dtype = "float32"
-    """Parameter dtype; `bfloat16` halves memory, `float32` is exact on CPU."""
+    """Compute dtype (autocast). Trained weights and optimizer state stay float32 (master copy);
+    frozen models (reference, reward, teacher) and a LoRA base are held in this dtype. `float16`
+    adds loss scaling; on CPU prefer `bfloat16` (float16 kernels are slow there)."""
     enable_gradient_checkpointing: bool = False
     """Recompute activations in backward: less memory, about 30% more compute."""
     use_remove_padding: bool = True
-    """Pack sequences without padding where the attention implementation allows it."""
+    """Pack each micro-batch into one row without padding (positions restart per sequence, attention
+    stays inside each sequence; the token budget counts real tokens). Models whose attention does
+    not go through transformers' attention interface keep padding."""
     lora_rank: int | Literal["auto"] = 0
     """0 = full fine-tuning; `auto` picks by parameter count (<1B: 32, <10B: 64, else 128)."""
     lora_alpha: int = 16
@@ -39,6 +57,11 @@ class ModelConfig:
     """Modules that get adapters; `all-linear` as in the recipe."""
     lora_adapter_path: str | None = None
     """Continue from an existing adapter directory (`adapter_model.safetensors`)."""
+    strategy: Strategy = "ddp"
+    """Data parallelism of SFT / reward-model / distillation workers: `ddp` (full replicas,
+    gradients all-reduced) or `fsdp2` (parameters, gradients and optimizer state sharded). PPO sets
+    it per role: `actor.strategy`, `critic.strategy`."""
+    fsdp_config: FSDPConfig = FSDPConfig()
 
 
 @dataclass(frozen=True)
@@ -71,6 +94,9 @@ class TrainerConfig:
     """Validate every N steps (-1: only at the end)."""
     critic_warmup: int = 0
     """PPO only: steps that train the critic before the actor starts updating."""
+    max_duration_s: float | None = None
+    """Wall-clock budget of the whole run, earlier attempts included: past it the job saves a
+    checkpoint at the next step boundary and fails with `max_duration_exceeded` (None: no limit)."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +119,14 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
+class StepGuardrailConfig:
+    """The step watchdog of SFT, reward-model training and distillation (PPO: `GuardrailConfig`)."""
+
+    step_timeout_s: float = 3600.0
+    """A step longer than this fails the job with `step_timeout`."""
+
+
+@dataclass(frozen=True)
 class SFTConfig:
     """Supervised fine-tuning: causal-LM loss on response tokens only."""
 
@@ -103,6 +137,7 @@ class SFTConfig:
     micro_batch_size_per_gpu: int = 2
     use_dynamic_bsz: bool = True
     max_token_len_per_gpu: int = 3072
+    guardrails: StepGuardrailConfig = StepGuardrailConfig()
 
 
 @dataclass(frozen=True)
@@ -116,6 +151,7 @@ class RewardModelConfig:
     micro_batch_size_per_gpu: int = 2
     use_dynamic_bsz: bool = True
     max_token_len_per_gpu: int = 3072
+    guardrails: StepGuardrailConfig = StepGuardrailConfig()
     center_rewards_coefficient: float = 0.0
     """Weight of the mean((r_c + r_r)^2) term that keeps scores centred on 0 (Eisenstein et al.)."""
 
@@ -131,10 +167,38 @@ class RMDistillConfig:
     micro_batch_size_per_gpu: int = 2
     use_dynamic_bsz: bool = True
     max_token_len_per_gpu: int = 3072
+    guardrails: StepGuardrailConfig = StepGuardrailConfig()
     loss: Literal["kl", "mse"] = "kl"
     """`kl`: KL(Bern(sigmoid(t_c - t_r)) || Bern(sigmoid(s_c - s_r))); `mse`: on standardised score gaps."""
     gate_kl: float = 0.05
     """Held-out mean KL the student must stay below, else the job fails with `distill_gate`."""
+
+
+PreferenceLossType = Literal["sigmoid", "ipo"]
+
+
+@dataclass(frozen=True)
+class DPOConfig:
+    """Offline preference optimisation of a policy on preference pairs (TRL's names): DPO, cDPO, IPO.
+
+    The reference is the model at `model` (with LoRA: the same base, adapter off); its log-probs are
+    computed once before training and cached beside the checkpoints."""
+
+    data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    optim: OptimConfig = OptimConfig(lr=1e-6)
+    trainer: TrainerConfig = TrainerConfig()
+    micro_batch_size_per_gpu: int = 2
+    use_dynamic_bsz: bool = True
+    max_token_len_per_gpu: int = 3072
+    guardrails: StepGuardrailConfig = StepGuardrailConfig()
+    beta: float = 0.1
+    """KL coefficient: how far the policy may move from the reference (larger: nearer)."""
+    loss_type: PreferenceLossType = "sigmoid"
+    """`sigmoid`: DPO (Rafailov et al. 2023) on response log-prob sums; `ipo`: IPO (Azar et al.
+    2023), ((log-ratio chosen - log-ratio rejected) - 1/(2 beta))^2 on per-token mean log-probs."""
+    label_smoothing: float = 0.0
+    """Conservative DPO (`sigmoid` only): the assumed probability that a pair's label is flipped, in [0, 0.5)."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +225,9 @@ class ActorConfig:
     ppo_max_token_len_per_gpu: int = 3072
     """Token budget per micro-batch (about 3x the sequence length)."""
     optim: OptimConfig = OptimConfig(lr=1e-6)
+    strategy: Strategy = "ddp"
+    """`ddp` or `fsdp2` for the actor's data-parallel workers (see `ModelConfig.strategy`)."""
+    fsdp_config: FSDPConfig = FSDPConfig()
 
     @property
     def clip_low(self) -> float:
@@ -185,6 +252,9 @@ class CriticConfig:
     use_dynamic_bsz: bool = True
     ppo_max_token_len_per_gpu: int = 3072
     optim: OptimConfig = OptimConfig(lr=1e-5)
+    strategy: Strategy = "ddp"
+    """`ddp` or `fsdp2` for the critic's data-parallel workers (see `ModelConfig.strategy`)."""
+    fsdp_config: FSDPConfig = FSDPConfig()
 
 
 @dataclass(frozen=True)
@@ -201,6 +271,13 @@ class RolloutConfig:
     do_sample: bool = True
     val_temperature: float = 0.0
     """Validation decoding temperature (0 = greedy)."""
+    enforce_eager: bool = False
+    """vllm: run without CUDA graphs (graphs capture once at start-up and speed decoding up)."""
+    free_cache_engine: bool = True
+    """vllm: put the engine to sleep after generating (its KV cache freed, its weights moved to CPU)
+    so training gets the GPU memory back; woken before the next weight sync or generation."""
+    gpu_memory_utilization: float = 0.5
+    """vllm: share of the GPU's memory the engine may take for weights and KV cache."""
 
 
 @dataclass(frozen=True)
@@ -214,16 +291,38 @@ class KLControlConfig:
 
 
 @dataclass(frozen=True)
+class FilterGroupsConfig:
+    """DAPO dynamic sampling (Yu et al. 2025, arXiv:2503.14476): drop prompt groups whose samples all
+    scored the same (they carry no group-relative signal) and keep generating to fill the batch."""
+
+    enable: bool = False
+    metric: Literal["score"] = "score"
+    """What must differ within a group: the sequence score (after reward shaping)."""
+    max_num_gen_batches: int = 10
+    """At most this many prompt batches generated per step (0 = no limit); short of a full batch,
+    the step trains on the groups it has and warns."""
+
+
+AdvEstimator = Literal["gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax"]
+GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
+"""Estimators whose baseline is the other samples of the same prompt."""
+
+
+@dataclass(frozen=True)
 class AlgorithmConfig:
     """Advantage estimation and KL-in-reward (VERL: `algorithm`)."""
 
-    adv_estimator: Literal["gae", "grpo"] = "gae"
+    adv_estimator: AdvEstimator = "gae"
+    """`gae` trains a critic; the others are critic-free: `grpo` (and Dr. GRPO with
+    `norm_adv_by_std_in_grpo: false`), `rloo`, `reinforce_plus_plus`, `reinforce_plus_plus_baseline`
+    and `remax` (one extra greedy rollout per prompt as the baseline)."""
     gamma: float = 1.0
     lam: float = 0.95
     use_kl_in_reward: bool = True
     kl_penalty: Literal["kl", "abs", "mse", "low_var_kl"] = "kl"
     kl_ctrl: KLControlConfig = KLControlConfig()
     norm_adv_by_std_in_grpo: bool = True
+    filter_groups: FilterGroupsConfig = FilterGroupsConfig()
 
 
 @dataclass(frozen=True)
@@ -231,10 +330,12 @@ class RewardFilterConfig:
     """PF-PPO style filtering of unreliable rewards (Zhang et al. 2024, arXiv:2409.06957)."""
 
     enable: bool = False
-    drop_middle_quantile: float = 0.5
-    """Share of samples around the median reward to drop (their rewards are the least reliable)."""
+    mode: Literal["best_worst", "best_random"] = "best_worst"
+    """Within each prompt's group of `rollout.n` samples, train on the best and the worst (or the best
+    and a random other) sample; ties are broken at random; a group whose scores all tie is kept whole."""
     replay_buffer_size: int = 0
-    """Kept high-confidence samples replayed in later steps (0 disables replay)."""
+    """Kept high-confidence samples replayed in later steps (0 disables replay; `gae` only: a
+    critic-free estimator has no group for a replayed sample)."""
 
 
 @dataclass(frozen=True)
@@ -257,6 +358,25 @@ class GuardrailConfig:
 
 
 @dataclass(frozen=True)
+class OverlongBufferConfig:
+    """DAPO's soft overlong punishment: a response longer than `max_response_length - len` loses
+    `(length - (max_response_length - len)) / len * penalty_factor` of its score (at most
+    `penalty_factor`, at the full length)."""
+
+    enable: bool = False
+    len: int = 64
+    """Tokens before `data.max_response_length` where the penalty starts."""
+    penalty_factor: float = 1.0
+
+
+@dataclass(frozen=True)
+class RewardShapingConfig:
+    """What is done to every sequence score before advantages (VERL: `reward_model`)."""
+
+    overlong_buffer: OverlongBufferConfig = OverlongBufferConfig()
+
+
+@dataclass(frozen=True)
 class PPOConfig:
     """PPO with Actor / Critic / Reference / Reward roles (VERL's ppo_trainer config, trimmed)."""
 
@@ -266,15 +386,61 @@ class PPOConfig:
     critic: CriticConfig = CriticConfig()
     rollout: RolloutConfig = RolloutConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
+    reward: RewardShapingConfig = RewardShapingConfig()
     trainer: TrainerConfig = TrainerConfig(total_epochs=3)
     guardrails: GuardrailConfig = GuardrailConfig()
+
+
+@dataclass(frozen=True)
+class EvalDataConfig:
+    """What an evaluation reads, and how long its generations may be (VERL `data` names)."""
+
+    val_batch_size: int = 64
+    """Prompts generated per batch (each `rollout.n` times), split over the workers."""
+    max_prompt_length: int = 1024
+    max_response_length: int = 2048
+    truncation: Truncation = "error"
+
+
+@dataclass(frozen=True)
+class EvalModelConfig:
+    """How the evaluated models are held: frozen, in `dtype`."""
+
+    dtype: Dtype = "float32"
+    """Compute dtype of every model of the job (the policy, `compare_to`, a reward model)."""
+
+
+@dataclass(frozen=True)
+class EvalRolloutConfig:
+    """Sampling (VERL `actor_rollout_ref.rollout` names), with the `hf` backend."""
+
+    n: int = 1
+    """Samples per prompt; pass@k is reported for k = 1, 2, 4, ... up to n."""
+    temperature: float = 0.0
+    """0 = greedy."""
+    top_p: float = 1.0
+    top_k: int = -1
+    """-1 disables top-k."""
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Evaluation: sample responses to prompts and score them (no training, no output model)."""
+
+    data: EvalDataConfig = EvalDataConfig()
+    model: EvalModelConfig = EvalModelConfig()
+    rollout: EvalRolloutConfig = EvalRolloutConfig()
+    pass_threshold: float = 1.0
+    """Rule rewards: a sample passes (for pass@k) when its score is at least this."""
 
 
 METHOD_CONFIGS: dict[str, type] = {
     "sft": SFTConfig,
     "reward_model": RewardModelConfig,
     "rm_distill": RMDistillConfig,
+    "dpo": DPOConfig,
     "ppo": PPOConfig,
+    "eval": EvalConfig,
 }
 
 
@@ -365,16 +531,63 @@ def _check(config: Any, prefix: str) -> None:
                 fail(name, f"{name} must lie in (0, 1)")
     if isinstance(config, OptimConfig) and config.lr <= 0:
         fail("lr", "lr must be positive")
+    if isinstance(config, RolloutConfig) and not 0.0 < config.gpu_memory_utilization <= 1.0:
+        fail("gpu_memory_utilization", "gpu_memory_utilization must lie in (0, 1]")
+    for name in ("max_duration_s", "step_timeout_s"):
+        seconds = getattr(config, name, None)
+        if seconds is not None and not seconds > 0:
+            fail(name, f"{prefix + name} must be positive")
     if isinstance(config, PPOConfig):
         if config.actor.ppo_mini_batch_size > config.data.train_batch_size:
             raise ConfigError("actor.ppo_mini_batch_size must not exceed data.train_batch_size",
                               param=prefix + "actor.ppo_mini_batch_size")
-        if config.algorithm.adv_estimator == "grpo" and config.rollout.n < 2:
-            raise ConfigError("grpo needs rollout.n >= 2 (advantages are relative within a group)",
+        estimator = config.algorithm.adv_estimator
+        if estimator in GROUP_ESTIMATORS and config.rollout.n < 2:
+            raise ConfigError(f"{estimator} needs rollout.n >= 2 (advantages are relative within a group)",
                               param=prefix + "rollout.n")
-    if (isinstance(config, SFTConfig | RewardModelConfig | RMDistillConfig)
+        if estimator != "gae" and config.guardrails.reward_filter.replay_buffer_size:
+            raise ConfigError(f"replay needs adv_estimator gae: a replayed sample has no group under {estimator}",
+                              param=prefix + "guardrails.reward_filter.replay_buffer_size")
+        if config.algorithm.filter_groups.enable and estimator not in GROUP_ESTIMATORS:
+            raise ConfigError("filter_groups needs a group estimator: grpo, rloo or reinforce_plus_plus_baseline",
+                              param=prefix + "algorithm.filter_groups.enable")
+        buffer = config.reward.overlong_buffer
+        if buffer.enable and not 0 < buffer.len < config.data.max_response_length:
+            raise ConfigError("reward.overlong_buffer.len must lie in (0, data.max_response_length)",
+                              param=prefix + "reward.overlong_buffer.len")
+    if isinstance(config, DPOConfig):
+        if not config.beta > 0:
+            fail("beta", "beta must be positive")
+        if not 0.0 <= config.label_smoothing < 0.5:
+            fail("label_smoothing", "label_smoothing must lie in [0, 0.5)")
+        if config.label_smoothing and config.loss_type != "sigmoid":
+            fail("label_smoothing", "label_smoothing applies to loss_type sigmoid only")
+    if (isinstance(config, SFTConfig | RewardModelConfig | RMDistillConfig | DPOConfig)
             and config.micro_batch_size_per_gpu > config.data.train_batch_size):
         fail("micro_batch_size_per_gpu", "micro_batch_size_per_gpu must not exceed data.train_batch_size")
+    _check_strategy(config, prefix)
+
+
+def _check_strategy(config: Any, prefix: str) -> None:
+    """`strategy` / `fsdp_config` rules: offload knobs need fsdp2 (else they would do nothing), and
+    fsdp2 does not shard PEFT models (their frozen base and adapters would need separate groups)."""
+    if isinstance(config, ModelConfig | ActorConfig | CriticConfig) and config.strategy == "ddp":
+        for name in ("param_offload", "optimizer_offload"):
+            if getattr(config.fsdp_config, name):
+                raise ConfigError(f"{prefix}fsdp_config.{name} needs {prefix}strategy fsdp2",
+                                  param=f"{prefix}fsdp_config.{name}")
+    if isinstance(config, ModelConfig) and config.strategy == "fsdp2" and (config.lora_rank or config.lora_adapter_path):
+        raise ConfigError(f"{prefix}strategy fsdp2 does not support LoRA: set {prefix}lora_rank to 0 "
+                          "or use strategy ddp", param=f"{prefix}strategy")
+    if isinstance(config, PPOConfig):
+        if config.model.strategy != "ddp":
+            raise ConfigError("PPO sets the strategy per role: use actor.strategy and critic.strategy",
+                              param=f"{prefix}model.strategy")
+        lora = bool(config.model.lora_rank or config.model.lora_adapter_path)
+        for role in ("actor", "critic"):
+            if lora and getattr(config, role).strategy == "fsdp2":
+                raise ConfigError(f"{role}.strategy fsdp2 does not support LoRA: set model.lora_rank to 0 "
+                                  "or use strategy ddp", param=f"{prefix}{role}.strategy")
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:
@@ -395,11 +608,19 @@ class Resources:
     gpus_per_worker: float = 0.0
     colocate: bool = True
     """PPO: put all roles on one set of resources (else one placement group bundle per role)."""
+    placement: Literal["pack", "spread", "strict_spread"] = "pack"
+    """How the workers' bundles go onto nodes: `pack` (as few nodes as fit), `spread` (as many as
+    possible), `strict_spread` (one node per bundle, or wait). Ray's PACK / SPREAD / STRICT_SPREAD."""
+    executor: Literal["local", "ray"] = "ray"
+    """`ray`: workers are Ray actors (the controller, PPO's roles, data-parallel replicas). `local`:
+    the job runs in the worker's own process on its one device, without Ray (one worker only)."""
 
 
 @dataclass(frozen=True)
 class JobRequest:
-    """Everything a method needs to run, resolved by the caller to local paths."""
+    """Everything a method needs to run. Artifact references (model, files, output, checkpoints,
+    resume) are local paths of a store mounted on every node, or URLs of a remote store that each
+    process stages or uploads itself (`engine.artifacts`); hub ids pass through."""
 
     job_id: str
     method: str
@@ -416,17 +637,38 @@ class JobRequest:
     teacher_path: str | None = None
     """rm_distill: the teacher reward model."""
     reward: dict[str, Any] = field(default_factory=dict)
-    """ppo: `{"model_path": dir}` or `{"function": "gsm8k"}`."""
+    """ppo, eval: `{"model_path": dir}` or `{"function": "gsm8k"}`."""
+    compare_to_path: str | None = None
+    """eval: the model whose responses the evaluated model's are judged against (win rate)."""
     resources: Resources = Resources()
     allowed_model_roots: tuple[str, ...] = ()
     ray_address: str | None = None
+    time_used_s: float = 0.0
+    """Seconds the job already ran before this attempt (`trainer.max_duration_s` counts them)."""
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    """fsspec options (endpoint, credentials) of the store behind any URL above (`engine.artifacts`)."""
+    artifact_cache_dir: str | None = None
+    """Node-local directory where remote artifacts are staged (None: `<system temp>/keel-artifacts`)."""
+
+
+@dataclass(frozen=True)
+class ResultFile:
+    """A file a method wrote for the user (not a model); the service registers it as a File."""
+
+    purpose: str
+    """The File purpose, e.g. `eval_results`."""
+    name: str
+    """Its name inside the job's `output_dir`."""
+    rows: int
 
 
 @dataclass(frozen=True)
 class JobResult:
-    """What a finished method hands back: the output model and the final metrics."""
+    """What a finished method hands back: the output model (None for methods without one, such as
+    `eval`), the final metrics and any result files."""
 
     output_dir: str
-    model_format: Literal["hf", "lora"]
-    model_kind: Literal["policy", "reward_model", "value_model"]
+    model_format: Literal["hf", "lora"] | None
+    model_kind: Literal["policy", "reward_model", "value_model"] | None
     metrics: dict[str, float] = field(default_factory=dict)
+    files: tuple[ResultFile, ...] = ()

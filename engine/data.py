@@ -174,6 +174,9 @@ class PairExample:
     chosen_ids: list[int]
     rejected_ids: list[int]
     margin: float = 0.0
+    chosen_prompt_len: int = 0
+    """Leading tokens of `chosen_ids` that are prompt (after truncation); the rest is response."""
+    rejected_prompt_len: int = 0
 
 
 @dataclass(frozen=True)
@@ -193,6 +196,9 @@ class PromptExample:
     data_source: str | None
     text: str
     """The prompt as written (for a chat list: the last user message)."""
+    conversation: str | list[dict[str, str]] = ""
+    """The whole prompt as given (a chat list keeps its system and earlier turns): what a reward model
+    with another vocabulary re-tokenizes."""
 
 
 def prompt_token_ids(tokenizer: Any, prompt: str | list[dict[str, str]]) -> list[int]:
@@ -266,6 +272,7 @@ def tokenize_prompts(rows: Iterable[dict[str, Any]], tokenizer: Any, max_prompt_
     return [PromptExample(
         prompt_ids=_fit_prompt(prompt_token_ids(tokenizer, r["prompt"]), max_prompt_length, truncation, i),
         ground_truth=r.get("ground_truth"), data_source=r.get("data_source"), text=_prompt_text(r["prompt"]),
+        conversation=r["prompt"],
     ) for i, r in enumerate(rows)]
 
 
@@ -281,7 +288,7 @@ def tokenize_preference(rows: Iterable[dict[str, Any]], tokenizer: Any, max_leng
     out = []
     for i, r in enumerate(rows):
         prompt = prompt_token_ids(tokenizer, r["prompt"])
-        pair = []
+        pair, prompt_lens = [], []
         for column in ("chosen", "rejected"):
             response = response_token_ids(tokenizer, r[column])
             total = len(prompt) + len(response)
@@ -294,12 +301,16 @@ def tokenize_preference(rows: Iterable[dict[str, Any]], tokenizer: Any, max_leng
                     response = response[:max_length]
                     keep = max_length - len(response)
                     ids = (prompt[len(prompt) - keep:] if keep else []) + response
+                    prompt_lens.append(keep)
                 else:
                     ids = (prompt + response)[:max_length]
+                    prompt_lens.append(min(len(prompt), max_length))
             else:
                 ids = prompt + response
+                prompt_lens.append(len(prompt))
             pair.append(ids)
-        out.append(PairExample(chosen_ids=pair[0], rejected_ids=pair[1], margin=float(r.get("margin", 0.0))))
+        out.append(PairExample(chosen_ids=pair[0], rejected_ids=pair[1], margin=float(r.get("margin", 0.0)),
+                               chosen_prompt_len=prompt_lens[0], rejected_prompt_len=prompt_lens[1]))
     return out
 
 

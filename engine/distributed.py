@@ -1,11 +1,12 @@
 """Data parallelism: a group of identical workers (Ray actors, or one in-process object) joined by
-torch.distributed (gloo on CPU, NCCL on GPU) on loopback.
+torch.distributed (gloo on CPU, NCCL on GPU), on one node or across several.
 
 The training logic is a plain class; `WorkerGroup` wraps it with `ray.remote` once, places the actors
-on one node (a STRICT_PACK placement group: the process group rendezvous is on 127.0.0.1), joins
-them into a process group and calls methods on all of them at once. `LocalGroup` has the same
-interface for a single in-process worker (no Ray, no process group), which is what tests and
-single-worker runs use.
+with the job's `resources.placement` (Ray's PACK, SPREAD or STRICT_SPREAD), joins them into a
+process group and calls methods on all of them at once. The rendezvous is the rank-0 worker's node
+address as Ray reports it, on a port free there: never a literal address, so the workers may sit on
+different hosts. `LocalGroup` has the same interface for a single in-process worker (no Ray, no
+process group), which is what tests and single-worker runs use.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from __future__ import annotations
 import functools
 import os
 import socket
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from engine.cluster import connect
+from engine.cluster import code_options, connect
 from engine.config import Resources
 from engine.errors import EngineError
 
@@ -27,7 +29,9 @@ from engine.errors import EngineError
 # memory of a big model's gradients.
 _BUCKET_BYTES = 64 * 2**20
 _PLACEMENT_TIMEOUT_S = 300
-"""How long to wait for the cluster to fit all workers on one node before failing the job."""
+"""How long to wait for the cluster to fit all workers before failing the job."""
+RAY_STRATEGIES = {"pack": "PACK", "spread": "SPREAD", "strict_spread": "STRICT_SPREAD"}
+"""`resources.placement` -> Ray placement group strategy."""
 
 
 class WorkerLost(EngineError):
@@ -44,20 +48,58 @@ def rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
-def free_port() -> int:
-    """A TCP port free on loopback right now."""
+def _ray_if_running() -> Any:
+    """The `ray` module when this process is in a Ray cluster, else None. Never imports Ray: a
+    process that has not imported it (the in-process executor) is not in a cluster."""
+    ray = sys.modules.get("ray")
+    return ray if ray is not None and ray.is_initialized() else None
+
+
+def node_ip() -> str:
+    """This node's address as Ray reports it (the address other nodes reach it on); loopback
+    outside Ray."""
+    ray = _ray_if_running()
+    return ray.util.get_node_ip_address() if ray is not None else "127.0.0.1"
+
+
+def node_identity() -> dict[str, Any]:
+    """Where this process runs: Ray node id and IP (None/loopback outside Ray), host name and pid."""
+    ray = _ray_if_running()
+    return {"node_id": ray.get_runtime_context().get_node_id() if ray is not None else None,
+            "node_ip": node_ip(), "hostname": socket.gethostname(), "pid": os.getpid()}
+
+
+def rendezvous() -> tuple[str, int]:
+    """`(address, port)` on this node where a process group's rank 0 can listen: this node's Ray
+    address and a port free on it right now."""
+    host = node_ip()
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        s.bind((host, 0))
+        return host, s.getsockname()[1]
 
 
-def init_process_group(rank: int, world_size: int, port: int, device: torch.device) -> None:
-    """Join the group whose rank 0 listens on 127.0.0.1:`port`; gloo on CPU, NCCL on CUDA."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+def _interface_of(address: str) -> str | None:
+    """The network interface that carries `address` (gloo/NCCL must use it, not whatever the host
+    name resolves to)."""
+    import psutil
+
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.address == address for a in addrs):
+            return name
+    return None
+
+
+def init_process_group(rank: int, world_size: int, endpoint: tuple[str, int], device: torch.device) -> None:
+    """Join the group whose rank 0 listens on `endpoint` (from its `rendezvous()`); gloo on CPU, NCCL
+    on CUDA, both on the interface that carries this node's Ray address."""
+    host, port = endpoint
+    os.environ.update(MASTER_ADDR=host, MASTER_PORT=str(port))
+    iface = _interface_of(node_ip())
+    if iface:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", iface)
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", iface)
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+    dist.init_process_group(backend, init_method=f"tcp://{host}:{port}", rank=rank, world_size=world_size,
                             device_id=device if device.type == "cuda" else None)
 
 
@@ -78,7 +120,8 @@ def all_reduce_grads(params: Iterable[torch.nn.Parameter]) -> None:
     already scaled its loss by the global normaliser)."""
     if world_size() == 1:
         return
-    grads = [p.grad for p in params if p.grad is not None]
+    # Sharded (DTensor) gradients were already reduce-scattered by FSDP2 (`engine.sharding`).
+    grads = [p.grad for p in params if p.grad is not None and not hasattr(p.grad, "device_mesh")]
     bucket: list[torch.Tensor] = []
     size = 0
     for grad in grads + [None]:
@@ -115,6 +158,10 @@ class LocalGroup:
     def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self.worker, method)(*args, **kwargs)
 
+    def placement(self, role: str = "trainer") -> list[dict[str, Any]]:
+        """Where the worker runs, as `WorkerGroup.placement`."""
+        return [{"role": role, "rank": 0, **node_identity()}]
+
     def shutdown(self) -> None:
         shutdown = getattr(self.worker, "shutdown", None)
         if shutdown is not None:
@@ -140,11 +187,16 @@ def _unwrap_ray_error(err: Exception) -> Exception:
     return err
 
 
+def placement_strategy(resources: Resources) -> str:
+    """The Ray placement-group strategy of `resources.placement`."""
+    return RAY_STRATEGIES[resources.placement]
+
+
 class WorkerGroup:
     """`num_workers` Ray actors of the plain class `cls`, joined into one torch.distributed group.
 
-    `cls(*args, rank=r, world_size=n)` is built in each actor; it must provide
-    `init_process_group(port)` and may provide `shutdown()`.
+    `cls(*args, rank=r, world_size=n)` is built in each actor; it must provide `rendezvous()`,
+    `init_process_group(endpoint)` and `node()`, and may provide `shutdown()`.
     """
 
     def __init__(self, cls: type, *args: Any, resources: Resources, ray_address: str | None = None) -> None:
@@ -157,28 +209,26 @@ class WorkerGroup:
         bundle = {"CPU": resources.cpus_per_worker}
         if resources.gpus_per_worker:
             bundle["GPU"] = resources.gpus_per_worker
-        self._pg = placement_group([dict(bundle) for _ in range(self.size)], strategy="STRICT_PACK")
+        strategy = placement_strategy(resources)
+        self._pg = placement_group([dict(bundle) for _ in range(self.size)], strategy=strategy)
         try:
             ray.get(self._pg.ready(), timeout=_PLACEMENT_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError as err:
             ray.util.remove_placement_group(self._pg)
-            raise EngineError(f"could not reserve {self.size} workers x {bundle} on one node: {err}",
+            raise EngineError(f"could not reserve {self.size} workers x {bundle} ({strategy}): {err}",
                               code="resources_unavailable") from None
-        # Actors import `engine` from the same place this process does, even if it is not installed.
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         remote = _remote(cls)
         self.workers = [
             remote.options(
                 num_cpus=resources.cpus_per_worker, num_gpus=resources.gpus_per_worker,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=i),
-                runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
+                **code_options(),
             ).remote(*args, rank=i, world_size=self.size)
             for i in range(self.size)
         ]
         try:
-            port = self._get([self.workers[0].free_port.remote()])[0]
-            self._get([w.init_process_group.remote(port) for w in self.workers])
+            endpoint = self._get([self.workers[0].rendezvous.remote()])[0]
+            self._get([w.init_process_group.remote(endpoint) for w in self.workers])
         except BaseException:
             self.shutdown()
             raise
@@ -202,6 +252,10 @@ class WorkerGroup:
 
     def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return self._get([getattr(self.workers[0], method).remote(*args, **kwargs)])[0]
+
+    def placement(self, role: str = "trainer") -> list[dict[str, Any]]:
+        """`{role, rank, node_id, node_ip, hostname, pid}` of every worker, in rank order."""
+        return [{"role": role, "rank": i, **where} for i, where in enumerate(self.call("node"))]
 
     def shutdown(self) -> None:
         import ray

@@ -48,31 +48,48 @@ def judge_step(kl: float, nonfinite: Sequence[str], cfg: GuardrailConfig) -> Ver
     return Verdict("ok", "", evidence)
 
 
-def reward_filter_mask(scores: torch.Tensor, drop_middle_quantile: float) -> torch.Tensor:
+def reward_filter_mask(scores: torch.Tensor, group_index: Sequence[Any], mode: str,
+                       generator: torch.Generator) -> torch.Tensor:
     """PF-PPO policy filtration (Zhang et al. 2024, "Policy Filtration in RLHF to Fine-Tune LLM for
-    Code Generation", arXiv:2409.06957).
+    Code Generation", arXiv:2409.06957), within each prompt's group of samples.
 
-    A reward model is least reliable for middling rewards and most reliable at the extremes, so
-    training only on the samples whose rewards are clearly high or clearly low gives a cleaner
-    signal. The samples are ranked by score (ties broken by position) and those whose rank falls in
-    the central `drop_middle_quantile` share of the batch are dropped.
+    A reward model is least reliable for middling rewards and most reliable at the extremes. In each
+    group the best sample is kept with either the worst (`best_worst`) or one other sample chosen at
+    random (`best_random`), the paper's two best-performing variants. Ties for best or worst are
+    broken at random; a group whose scores all tie carries no ranking and is kept whole, and so is a
+    group of one.
 
     Args:
         scores: `(batch,)` sequence scores.
-        drop_middle_quantile: share in [0, 1) to drop around the median.
+        group_index: `(batch,)` prompt id per row.
+        mode: `best_worst` or `best_random`.
+        generator: the source of every random choice (seeded per step: a resumed run repeats it).
 
     Returns:
         `(batch,)` bool, True for the samples kept.
     """
-    n = scores.numel()
-    keep = torch.ones(n, dtype=torch.bool)
-    drop = round(drop_middle_quantile * n)
-    if drop <= 0 or n == 0:
-        return keep
-    drop = min(drop, n - 2) if n > 2 else 0  # always keep the best and the worst sample
-    order = torch.sort(scores.detach().float().cpu(), stable=True).indices
-    start = (n - drop) // 2
-    keep[order[start:start + drop]] = False
+    if mode not in ("best_worst", "best_random"):
+        raise ValueError(f"unknown reward filter mode {mode!r}")
+    values = scores.detach().float().cpu()
+    groups: dict[Any, list[int]] = {}
+    for row, uid in enumerate(group_index):
+        groups.setdefault(uid, []).append(row)
+    keep = torch.zeros(values.numel(), dtype=torch.bool)
+
+    def pick(rows: list[int]) -> int:
+        return rows[int(torch.randint(len(rows), (1,), generator=generator))]
+
+    for rows in groups.values():
+        group = values[rows]
+        if len(rows) < 2 or bool((group == group[0]).all()):
+            keep[rows] = True
+            continue
+        best = pick([r for r in rows if values[r] == group.max()])
+        if mode == "best_worst":
+            other = pick([r for r in rows if values[r] == group.min()])
+        else:
+            other = pick([r for r in rows if r != best])
+        keep[[best, other]] = True
     return keep
 
 

@@ -14,6 +14,10 @@ outlives a dead caller, so the controller guards itself: when the reporter has s
 `ORPHAN_GRACE_S` and nobody killed it (the caller is gone), it exits on its own. A re-run of the
 same job kills a leftover controller by name before starting a new one.
 
+Inside the controller the method runs under `engine.watchdog.run_watched`: a step past its timeout,
+or the run past `trainer.max_duration_s`, fails the job even when the loop is hung (the controller
+returns the error; killing it then frees what the hung loop holds).
+
 This module imports no torch: the entry points are imported by name inside the actor.
 """
 
@@ -28,10 +32,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from engine.cluster import connect
+from engine.cluster import code_options, connect
 from engine.config import JobRequest, JobResult
 from engine.errors import Cancelled, ConfigError, EngineError
 from engine.reporting import Reporter
+from engine.watchdog import run_watched
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +45,12 @@ ENTRY_POINTS: dict[str, tuple[str, str]] = {
     "sft": ("engine.sft", "run_sft"),
     "reward_model": ("engine.reward_model", "run_reward_model"),
     "rm_distill": ("engine.reward_model", "run_rm_distill"),
+    "dpo": ("engine.dpo", "run_dpo"),
     "ppo": ("engine.ppo", "run_ppo"),
+    "eval": ("engine.evaluate", "run_eval"),
 }
 """Method name -> (module, function); imported only when a job of that method runs."""
-IN_CONTROLLER = frozenset({"sft", "reward_model", "rm_distill"})
+IN_CONTROLLER = frozenset({"sft", "reward_model", "rm_distill", "dpo"})
 """Methods that train in the calling process when `resources.num_workers == 1` (the default of
 `engine.distributed.make_group`); PPO always starts role actors."""
 POLL_S = 1.0
@@ -72,7 +79,7 @@ class JobController:
     def run(self, request: JobRequest, reporter: Reporter) -> JobResult:
         threading.Thread(target=self._exit_when_orphaned, args=(reporter,), daemon=True,
                          name="keel-orphan-guard").start()
-        return entry_point(request.method)(request, reporter)
+        return run_watched(entry_point(request.method), request, reporter)
 
     @staticmethod
     def _exit_when_orphaned(reporter: Reporter) -> None:
@@ -109,12 +116,19 @@ def controller_resources(request: JobRequest) -> dict[str, float]:
 
 
 def _actor_options(request: JobRequest) -> dict[str, Any]:
-    # The actor imports `engine` from the same place this process does, even if it is not installed.
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     return {"name": actor_name(request.job_id), "namespace": NAMESPACE, "lifetime": "detached",
-            "max_restarts": 0, "runtime_env": {"env_vars": {"PYTHONPATH": pythonpath}},
-            **controller_resources(request)}
+            "max_restarts": 0, **code_options(), **controller_resources(request)}
+
+
+def controller_alive(job_id: str) -> bool:
+    """Whether a controller of the job is alive in the cluster (this process must be connected)."""
+    import ray
+
+    try:
+        ray.get_actor(actor_name(job_id), namespace=NAMESPACE)
+    except ValueError:
+        return False
+    return True
 
 
 def kill_controller(job_id: str, wait_s: float = 10.0) -> bool:
@@ -142,8 +156,11 @@ def run_job(request: JobRequest, reporter: Reporter) -> JobResult:
 
     Raises the method's `EngineError` with its code intact; `Cancelled` when `reporter.should_stop()`
     turned true (the actor is killed within about `POLL_S` of it); `EngineError(code="worker_lost")`
-    when the controller process died.
+    when the controller process died. With `resources.executor: local` the method runs in this
+    process instead (`run_local`).
     """
+    if request.resources.executor == "local":
+        return run_local(request, reporter)
     import ray
 
     connect(request.ray_address)
@@ -171,6 +188,17 @@ def run_job(request: JobRequest, reporter: Reporter) -> JobResult:
             ray.kill(actor, no_restart=True)
         except Exception as exc:  # noqa: BLE001 - already gone, or Ray itself is: nothing left to free
             log.debug("killing the controller of %s: %s", request.job_id, exc)
+
+
+def run_local(request: JobRequest, reporter: Reporter) -> JobResult:
+    """The in-process executor: the method runs in the caller's process on its one device, and Ray
+    is never imported (PPO's roles become plain objects, `engine.roles.local`). A cancel is noticed
+    between steps, where every method checks `reporter.should_stop()`; nothing kills a step midway."""
+    if request.resources.num_workers != 1:
+        raise ConfigError("resources.executor 'local' runs one worker: set resources.num_workers to 1",
+                          param="resources.num_workers")
+    # Under the watchdog too; a hung loop's thread then stays in this process until it exits.
+    return run_watched(entry_point(request.method), request, reporter)
 
 
 def _result(ref: Any, reporter: Reporter) -> JobResult:

@@ -28,10 +28,12 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from engine import packing
 from engine.config import ModelConfig
 from engine.errors import ConfigError, ModelNotAllowed
+from engine.precision import COMPUTE_DTYPES
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = COMPUTE_DTYPES
 MODEL_MARKERS = ("config.json", "adapter_config.json")
 """A directory is a model when it holds one of these."""
 
@@ -171,7 +173,8 @@ def load_policy(path: str, cfg: ModelConfig, *, trainable: bool = True,
     from transformers import AutoModelForCausalLM
 
     path, adapter = _checked_paths(path, cfg, allowed_roots)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[cfg.dtype], use_safetensors=True)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=_load_dtype(cfg, adapter, trainable),
+                                                 use_safetensors=True)
     return _finish(model, cfg, adapter, trainable, task_type="CAUSAL_LM")
 
 
@@ -188,7 +191,7 @@ def load_reward_model(path: str, cfg: ModelConfig, *, trainable: bool = True,
         # HF pools the last non-pad token and needs to know which id is padding.
         config.pad_token_id = _pad_id_for(path, config)
     model = AutoModelForSequenceClassification.from_pretrained(
-        path, config=config, dtype=DTYPES[cfg.dtype], use_safetensors=True)
+        path, config=config, dtype=_load_dtype(cfg, adapter, trainable), use_safetensors=True)
     return _finish(model, cfg, adapter, trainable, task_type="SEQ_CLS")
 
 
@@ -220,6 +223,38 @@ def _checked_paths(path: str, cfg: ModelConfig, roots: Sequence[str] | None) -> 
     return path, adapter
 
 
+def _load_dtype(cfg: ModelConfig, adapter: str | None, trainable: bool) -> torch.dtype:
+    """Weights a full fine-tune trains are float32 masters (`engine.precision`); a frozen model,
+    or the frozen base under LoRA adapters, is held in the compute dtype."""
+    if trainable and not (adapter or cfg.lora_rank):
+        return torch.float32
+    return DTYPES[cfg.dtype]
+
+
+def disable_dropout(model: nn.Module) -> int:
+    """Set every dropout probability in `model` to 0, leaving train mode on otherwise.
+
+    PPO's ratio compares the update's log-probs with the rollout's, which are computed in eval
+    mode: dropout in the update would make the ratio differ from 1 before any step. Covers
+    `nn.Dropout` modules and the float attributes attention layers pass to their kernels
+    (`attention_dropout` and the like); the model's config is left as it is (saved models keep it).
+
+    Returns:
+        How many dropout settings were non-zero.
+    """
+    changed = 0
+    for module in model.modules():
+        if isinstance(module, nn.modules.dropout._DropoutNd):
+            changed += module.p > 0
+            module.p = 0.0
+            continue
+        for name, value in list(vars(module).items()):
+            if "dropout" in name and isinstance(value, float) and not isinstance(value, bool):
+                changed += value > 0
+                setattr(module, name, 0.0)
+    return changed
+
+
 def _pad_id_for(path: str, config: Any) -> int | None:
     try:
         return load_tokenizer(path).pad_token_id
@@ -239,6 +274,8 @@ def _finish(model: nn.Module, cfg: ModelConfig, adapter: str | None, trainable: 
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         model.config.use_cache = False
+    if cfg.use_remove_padding:
+        packing.enable(model)  # before PEFT wraps it; the LoRA layers share the config
     rank = resolve_lora_rank(cfg.lora_rank, count_parameters(model)) if cfg.lora_rank else 0
     if adapter or rank:
         from peft import LoraConfig, PeftModel, get_peft_model
@@ -251,7 +288,13 @@ def _finish(model: nn.Module, cfg: ModelConfig, adapter: str | None, trainable: 
                               task_type=task_type,
                               modules_to_save=["score"] if task_type == "SEQ_CLS" else None)
             model = get_peft_model(model, lora)
-    if not trainable:
+    if trainable:
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.requires_grad and p.dtype != torch.float32:
+                    p.data = p.data.float()  # the float32 master copy (e.g. a LoRA score head)
+        disable_dropout(model)
+    else:
         model.requires_grad_(False)
     model.train(trainable)
     return model
@@ -280,8 +323,25 @@ def _last_attended(attention_mask: torch.Tensor) -> torch.Tensor:
     return (positions * attention_mask.ne(0)).argmax(-1)
 
 
+def score_positions(input_ids: torch.Tensor, attention_mask: torch.Tensor, pad_token_id: int | None) -> torch.Tensor:
+    """Where Hugging Face's `*ForSequenceClassification` reads the score, so an exported reward model
+    scores the same outside Keel: the rightmost token that is not `pad_token_id` (with pad == eos, the
+    token before a trailing eos), or the last attended token when the model has no pad id.
+
+    Args:
+        input_ids, attention_mask: `(batch, seq)`, right-padded.
+
+    Returns:
+        `(batch,)` long.
+    """
+    if pad_token_id is None:
+        return _last_attended(attention_mask)
+    positions = torch.arange(input_ids.shape[-1], device=input_ids.device)
+    return (positions * input_ids.ne(pad_token_id)).argmax(-1)
+
+
 def reward_scores(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Scalar reward per sequence, read at the last attended token.
+    """Scalar reward per sequence, read where Hugging Face reads it (`score_positions`).
 
     Args:
         input_ids, attention_mask: `(batch, seq)`.
@@ -290,10 +350,16 @@ def reward_scores(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
         `(batch,)` float32.
     """
     backbone, score = _seq_cls_parts(model)
+    read = score_positions(input_ids, attention_mask, getattr(model.config, "pad_token_id", None))
+    if packing.enabled(backbone):  # one row, no padding; the score head sees the read tokens only
+        packed = packing.pack_padded(input_ids, attention_mask)
+        inside = read - attention_mask.ne(0).int().argmax(-1)  # from the row's first real token
+        hidden = packed.at(backbone(**packed.model_inputs()).last_hidden_state, inside[:, None])[:, 0]
+        return score(hidden).squeeze(-1).float()
     hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     rows = torch.arange(hidden.shape[0], device=hidden.device)
     # Score only the pooled hidden state: (batch, hidden) instead of (batch, seq, hidden).
-    return score(hidden[rows, _last_attended(attention_mask)]).squeeze(-1).float()
+    return score(hidden[rows, read]).squeeze(-1).float()
 
 
 def token_values(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -306,8 +372,50 @@ def token_values(model: nn.Module, input_ids: torch.Tensor, attention_mask: torc
         `(batch, seq)` float32; positions where `attention_mask` is 0 hold arbitrary values.
     """
     backbone, score = _seq_cls_parts(model)
+    if packing.enabled(backbone):
+        packed = packing.pack_padded(input_ids, attention_mask)
+        values = score(backbone(**packed.model_inputs()).last_hidden_state).squeeze(-1).float()
+        return packed.to_padded(values, input_ids.shape[1])
     hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     return score(hidden).squeeze(-1).float()
+
+
+PLAIN_LM_HEADS = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
+"""Model types whose logits are exactly `lm_head(last_hidden_state)` (no soft-capping or scaling),
+so the head can be applied to a slice of the hidden states."""
+
+
+def logits_at(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+              positions: torch.Tensor) -> torch.Tensor:
+    """Causal-LM logits at `positions` only.
+
+    The backbone runs once; the LM head sees the `(batch, k, hidden)` hidden states it is asked
+    for, not `(batch, seq, hidden)`: with long prompts and a large vocabulary, the prompt
+    positions' logits are most of a forward's memory. Other model types run the whole forward and
+    gather (same result, no saving).
+
+    Args:
+        input_ids, attention_mask: `(batch, seq)`.
+        positions: `(batch, k)` indices into `seq`.
+
+    Returns:
+        `(batch, k, vocab)` in the head's output dtype.
+    """
+    base = model.get_base_model() if is_lora(model) else model
+    head = base.get_output_embeddings()
+    plain = getattr(base.config, "model_type", None) in PLAIN_LM_HEADS and head is not None
+    if packing.enabled(base):  # one row without padding (`engine.packing`)
+        packed = packing.pack_padded(input_ids, attention_mask)
+        if not plain:
+            return packed.at(model(**packed.model_inputs()).logits, positions)
+        hidden = getattr(base, base.base_model_prefix)(**packed.model_inputs()).last_hidden_state
+        return head(packed.at(hidden, positions))
+    if not plain:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        return logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1]))
+    backbone = getattr(base, base.base_model_prefix)  # LoRA layers live inside it: adapters apply
+    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    return head(hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1])))
 
 
 @contextlib.contextmanager
@@ -325,13 +433,17 @@ def reference_mode(model: nn.Module) -> Iterator[nn.Module]:
 
 # --- saving ------------------------------------------------------------------------------------------
 
-def save_model(model: nn.Module, tokenizer: Any, out_dir: str | os.PathLike) -> Literal["hf", "lora"]:
+def save_model(model: nn.Module, tokenizer: Any, out_dir: str | os.PathLike,
+               dtype: torch.dtype | None = None) -> Literal["hf", "lora"]:
     """Save for use outside Keel, safetensors only.
 
     A plain model is saved with `save_pretrained` ("hf"). A PEFT model writes the merged full model
     at `out_dir` (loadable with plain `from_pretrained`) and the adapter alone under
     `out_dir/adapter/` (loadable with `PeftModel.from_pretrained`), and returns "lora". The model
     being trained is left untouched (merging happens on a copy).
+
+    `dtype` (the job's compute dtype) is the dtype of the saved full weights: float32 masters are
+    written as bf16/fp16, as large as the model the job started from. The adapter stays float32.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -342,14 +454,41 @@ def save_model(model: nn.Module, tokenizer: Any, out_dir: str | os.PathLike) -> 
         # merge_and_unload mutates its model, and unmerging in bf16 does not restore the weights
         # exactly: merge a copy. It costs one model's memory for the duration of the save.
         full = copy.deepcopy(model).merge_and_unload()
+        if dtype is not None:
+            full.to(dtype)  # a copy: the float32 adapter / score head merged into the compute dtype
         kind = "lora"
+    state_dict = None
+    if dtype is not None and kind == "hf" and any(p.dtype != dtype for p in full.parameters()):
+        state_dict = _cast_state_dict(full, dtype)
     # Training turns the KV cache off (gradient checkpointing); the saved model is for inference.
     use_cache = getattr(full.config, "use_cache", None)
     full.config.use_cache = True
     try:
-        full.save_pretrained(out)
+        full.save_pretrained(out, state_dict=state_dict)
+        if state_dict is not None:  # save_pretrained records the parameters' dtype, not the file's
+            saved_dtype = full.config.dtype
+            full.config.dtype = str(dtype).removeprefix("torch.")
+            try:
+                full.config.save_pretrained(out)
+            finally:
+                full.config.dtype = saved_dtype
     finally:
         full.config.use_cache = use_cache
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
     return kind
+
+
+def _cast_state_dict(model: nn.Module, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """`model.state_dict()` with floating tensors cast to `dtype`; tied tensors stay one tensor."""
+    cast: dict[tuple[Any, ...], torch.Tensor] = {}
+    out = {}
+    for name, value in model.state_dict().items():
+        if not value.is_floating_point():
+            out[name] = value
+            continue
+        key = (value.data_ptr(), value.storage_offset(), tuple(value.shape), tuple(value.stride()))
+        if key not in cast:
+            cast[key] = value.detach().to(dtype)
+        out[name] = cast[key]
+    return out

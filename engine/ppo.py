@@ -13,7 +13,8 @@ the step watchdog); the generated batch travels from the actor to the other role
 reference. `reporter.should_stop()` is checked between phases.
 
 Guardrails (`config.guardrails`): after every update, `guardrails/kl` (the k3 estimate of
-KL(pi_new || pi_ref) on the step's samples) above `rollback_kl`, or a NaN/inf reward, loss or
+KL(pi_new || pi_ref) on the step's samples, from the log-probs the actor's last PPO epoch already
+computed: no extra forward) above `rollback_kl`, or a NaN/inf reward, loss or
 gradient, restores the state at the start of the step (actor, critic, both optimizers and LR
 schedules, KL controller, data position) from an in-memory snapshot, halves the actor LR
 (`rollback_lr_factor`), tightens `clip_ratio` to `rollback_clip_ratio`, reports a `rollback`
@@ -30,25 +31,24 @@ sampling uses counter-based seeds per (job seed, batch, row), so a resumed job c
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from engine import experience
 from engine.algos import (
     AdaptiveKLController,
     FixedKLController,
     apply_kl_in_reward,
-    compute_gae,
-    compute_grpo_advantages,
     explained_variance,
     kl_penalty,
     masked_mean,
     masked_var,
 )
-from engine.checkpoint import COMPLETE, CheckpointError, atomic_dir, is_complete, step_dir
+from engine.artifacts import for_request, is_remote, join
+from engine.checkpoint import COMPLETE, CheckpointError, atomic_dir, step_dir
 from engine.cluster import connect
 from engine.config import JobRequest, JobResult, PPOConfig
 from engine.data import PromptExample, load_rows, tokenize_prompts
@@ -60,6 +60,7 @@ from engine.rewards import PER_ROW, resolve_rule_rewards
 from engine.roles.base import MetricSums
 from engine.roles.batch import build_batch, concat, select, shard_rows
 from engine.rollout import row_seed, vllm_available
+from engine.watchdog import MaxDurationExceeded
 
 STARTUP_TIMEOUT_S = 900.0
 """Reserving resources and loading every role's model (not a training step: no step watchdog)."""
@@ -85,6 +86,7 @@ class PPOTrainer:
         if not isinstance(request.config, PPOConfig):
             raise ConfigError("run_ppo needs a PPOConfig", param="config")
         self.request, self.reporter, self.cfg = request, reporter, request.config
+        self.artifacts = for_request(request)
         cfg = self.cfg
         algo = cfg.algorithm
         self.use_critic = algo.adv_estimator == "gae"
@@ -118,13 +120,13 @@ class PPOTrainer:
 
     def _load_data(self) -> None:
         cfg, req = self.cfg, self.request
-        tokenizer = load_tokenizer(req.model_path)
+        tokenizer = load_tokenizer(self.artifacts.stage(req.model_path))
         self.pad_id = tokenizer.pad_token_id
-        rows = load_rows(req.training_file, "prompts")
+        rows = load_rows(self.artifacts.stage(req.training_file), "prompts")
         self.train = tokenize_prompts(rows, tokenizer, cfg.data.max_prompt_length, cfg.data.truncation)
         self.val: list[PromptExample] = []
         if req.validation_file:
-            val_rows = load_rows(req.validation_file, "prompts")
+            val_rows = load_rows(self.artifacts.stage(req.validation_file), "prompts")
             self.val = tokenize_prompts(val_rows, tokenizer, cfg.data.max_prompt_length, cfg.data.truncation)
         self.steps_per_epoch = len(self.train) // cfg.data.train_batch_size
         if self.steps_per_epoch == 0:
@@ -154,11 +156,11 @@ class PPOTrainer:
         from engine.roles.actor import ActorRollout
         from engine.roles.critic import Critic
         from engine.roles.reference import Reference
-        from engine.roles.remote import RoleCluster, RoleSpec
+        from engine.roles.remote import RoleSpec
         from engine.roles.reward import Reward
 
         cfg, req, w = self.cfg, self.request, self.num_workers
-        common = {"seed": req.seed}
+        common = {"seed": req.seed, "artifacts": self.artifacts}  # each worker stages what it reads
         reward = self._reward_kwargs()
         specs = [RoleSpec("actor", ActorRollout, (cfg, req.model_path),
                           {"total_steps": self.total_steps, "rollout": self._rollout_backend(), **common},
@@ -171,7 +173,12 @@ class PPOTrainer:
         is_model = "model_path" in reward
         specs.append(RoleSpec("reward", Reward, (cfg,), {"tokenizer_path": req.model_path, **reward, **common},
                               num_workers=w if is_model else 1, uses_gpu=is_model))
-        self.roles = RoleCluster(specs, req.resources, startup_timeout_s=STARTUP_TIMEOUT_S)
+        if req.resources.executor == "local":
+            from engine.roles.local import LocalRoleCluster as Cluster
+        else:
+            from engine.roles.remote import RoleCluster as Cluster
+        self.roles = Cluster(specs, req.resources, startup_timeout_s=STARTUP_TIMEOUT_S)
+        self.reporter.placement(self.roles.placement())
 
     # --- loop state ----------------------------------------------------------------------------
 
@@ -193,9 +200,9 @@ class PPOTrainer:
         path = self.request.resume_from
         if not path:
             return
-        refs = self.roles["actor"].submit_all("load_checkpoint", os.path.join(path, "actor"))
+        refs = self.roles["actor"].submit_all("load_checkpoint", join(path, "actor"))
         if self.use_critic:
-            refs += self.roles["critic"].submit_all("load_checkpoint", os.path.join(path, "critic"))
+            refs += self.roles["critic"].submit_all("load_checkpoint", join(path, "critic"))
         state = self._gather({"load": refs}, time.perf_counter() + self.cfg.guardrails.step_timeout_s,
                              "resume")["load"][0]["trainer"]
         self._restore_progress(state)
@@ -215,15 +222,11 @@ class PPOTrainer:
 
     def _gather(self, refs: dict[str, list[Any]], deadline: float, phase: str) -> dict[str, list[Any]]:
         """One `ray.get` for every ref of a phase, bounded by the step's deadline."""
-        import ray
-
-        from engine.roles.remote import get
-
         keys = [(k, len(v)) for k, v in refs.items()]
         flat = [r for v in refs.values() for r in v]
         try:
-            values = get(flat, timeout=max(0.0, deadline - time.perf_counter()))
-        except ray.exceptions.GetTimeoutError:
+            values = self.roles.get(flat, timeout=max(0.0, deadline - time.perf_counter()))
+        except TimeoutError:  # Ray's GetTimeoutError is one too
             timeout = self.cfg.guardrails.step_timeout_s
             raise StepTimeout(f"step {self.step + 1} ran past step_timeout_s={timeout:g} ({phase})",
                               data={"step": self.step + 1, "phase": phase, "timeout_s": timeout}) from None
@@ -245,12 +248,14 @@ class PPOTrainer:
 
     @staticmethod
     def _meta(p: PromptExample) -> dict[str, Any]:
-        return {"ground_truth": p.ground_truth, "data_source": p.data_source, "prompt": p.text}
+        return {"ground_truth": p.ground_truth, "data_source": p.data_source, "prompt": p.text,
+                "conversation": p.conversation}
 
     def _submit_rollout(self, prompts: list[list[int]], seeds: list[int], meta: list[dict[str, Any]], *,
-                        validate: bool, extra_batch: dict[str, torch.Tensor] | None = None,
+                        validate: bool, extra_batch: dict[str, torch.Tensor] | None = None, greedy: bool = False,
                         ) -> tuple[dict[str, list[Any]], list[int]]:
-        """Submit generation and everything that depends only on it, for every worker.
+        """Submit generation and everything that depends only on it, for every worker (`validate`:
+        generation and scores only; `greedy`: argmax decoding, ReMax's baseline).
 
         Returns the refs by kind and the row order of the shards (results concatenate in it).
         """
@@ -262,7 +267,7 @@ class PPOTrainer:
             if not rows:
                 continue
             batch, seconds = roles["actor"].submit(w, "generate", [prompts[i] for i in rows],
-                                                   [seeds[i] for i in rows], validate, num_returns=2)
+                                                   [seeds[i] for i in rows], validate, greedy, num_returns=2)
             refs["batch"].append(batch)
             refs["gen"].append(seconds)
             refs["scores"].append(roles["reward"].submit(w, "compute_scores", batch, [meta[i] for i in rows]))
@@ -283,9 +288,11 @@ class PPOTrainer:
 
     def fit(self) -> JobResult:
         resume = self.request.resume_from
-        if resume and not (is_complete(resume) and is_complete(os.path.join(resume, "actor"))):
+        store = self.artifacts
+        if resume and not (store.exists(join(resume, COMPLETE)) and store.exists(join(resume, "actor", COMPLETE))):
             raise CheckpointError(f"{resume} is not a complete PPO checkpoint", param="resume_from")
-        connect(self.request.ray_address)
+        if self.request.resources.executor == "ray":
+            connect(self.request.ray_address)
         self._load_data()
         self.reporter.log(f"PPO: {self.total_steps} steps of {self.cfg.data.train_batch_size} prompts x "
                           f"{self.cfg.rollout.n} samples, {self.num_workers} worker(s), "
@@ -293,8 +300,17 @@ class PPOTrainer:
         self._start_roles()
         try:
             self._resume()
-            while self.consumed < self.total_steps:
+            resumed_at = self.step
+            while self.step < self.total_steps:
                 self._check_stop()
+                try:
+                    self.reporter.heartbeat(self.step + 1)  # starts the step watchdog's clock
+                except MaxDurationExceeded:  # out of time, at a step boundary: keep what was trained
+                    freq = self.cfg.trainer.save_freq
+                    if self.step > resumed_at and not (freq > 0 and self.step % freq == 0):
+                        self._save_checkpoint(self.step, self.final_metrics,
+                                              time.perf_counter() + self.cfg.guardrails.step_timeout_s)
+                    raise
                 self._train_step()
             if not self.final_metrics:  # resumed after the last step: report the final validation only
                 self.final_metrics = self._validate(time.perf_counter() + self.cfg.guardrails.step_timeout_s)
@@ -314,7 +330,10 @@ class PPOTrainer:
         step = self.step + 1
         epoch, prompts = self._prompts(self.consumed)
 
-        rollout = self._rollout_phase(prompts, deadline)
+        rollout = self._rollout_phase(prompts, deadline, batch_index=self.consumed)
+        gen_batches = 1
+        if cfg.algorithm.filter_groups.enable:
+            rollout, gen_batches = self._fill_informative_groups(rollout, deadline)
         self._check_stop()
         scores = rollout["scores"]
         if not torch.isfinite(scores).all():
@@ -340,9 +359,11 @@ class PPOTrainer:
             self.reporter.warning("kl_high", f"step {step}: {verdict.reason}", {"step": step, **verdict.evidence})
 
         metrics = self._step_metrics(rollout, adv, updates, guard_kl)
-        self.step, self.consumed = step, self.consumed + 1
+        if cfg.algorithm.filter_groups.enable:
+            metrics["train/num_gen_batches"] = float(gen_batches)
+        self.step, self.consumed = step, self.consumed + gen_batches
         self.train_scores.append(metrics["critic/score/mean"])
-        last = self.consumed >= self.total_steps
+        last = self.step >= self.total_steps
         test_freq = cfg.trainer.test_freq
         if self.val and (last or (test_freq > 0 and step % test_freq == 0)):
             metrics.update(self._validate(deadline))
@@ -359,26 +380,36 @@ class PPOTrainer:
         if last or (save_freq > 0 and step % save_freq == 0):
             self._save_checkpoint(step, metrics, deadline)
 
-    def _rollout_phase(self, prompts: list[PromptExample], deadline: float) -> dict[str, Any]:
-        """Snapshot the last good state, then generate `rollout.n` samples per prompt and compute
-        old log-probs, reference log-probs, values and scores: one submission, one gather.
+    def _rollout_phase(self, prompts: list[PromptExample], deadline: float, *, batch_index: int,
+                       snapshot: bool = True) -> dict[str, Any]:
+        """Snapshot the last good state (unless `snapshot` is False: a further generation batch of
+        the same step), then generate `rollout.n` samples per prompt and compute old log-probs,
+        reference log-probs, values, scores (shaped by `reward.overlong_buffer`) and, for ReMax, the
+        greedy baseline's scores: one submission, one gather.
 
-        Returns the batch in row order (prompt-major) with `old`, `ref`, `values` (None for GRPO),
-        `scores`, `uids` (prompt index per row), `new_rows` (rows sampled now; replayed rows follow),
+        Returns the batch in row order (prompt-major) with `old`, `ref`, `values` (None without a
+        critic), `scores`, `baselines` (ReMax, else None), `overlong` (the penalties, or None),
+        `uids` (prompt index per row), `prompts`, `new_rows` (rows sampled now; replayed rows follow),
         `replayed` and the workers' timings.
         """
         cfg, roles = self.cfg, self.roles
         trained = [roles["actor"]] + ([roles["critic"]] if self.use_critic else [])
-        snapshots = [r for g in trained for r in g.submit_all("snapshot")]
+        snapshots = [r for g in trained for r in g.submit_all("snapshot")] if snapshot else []
         rows = [p for p in prompts for _ in range(cfg.rollout.n)]
         uids = [i for i in range(len(prompts)) for _ in range(cfg.rollout.n)]
-        seeds = [row_seed(self.request.seed, self.consumed, i) for i in range(len(rows))]
+        seeds = [row_seed(self.request.seed, batch_index, i) for i in range(len(rows))]
         replayed = self.replay.take()
         extra = build_batch([r["prompt"] for r in replayed], [r["response"] for r in replayed],
                             prompt_width=cfg.data.max_prompt_length, response_width=cfg.data.max_response_length,
                             pad_id=self.pad_id) if replayed else None
         refs, order = self._submit_rollout([p.prompt_ids for p in rows], seeds, [self._meta(p) for p in rows],
                                            validate=False, extra_batch=extra)
+        baseline_order: list[int] = []
+        if cfg.algorithm.adv_estimator == "remax":  # one greedy response per prompt: its score is the baseline
+            greedy, baseline_order = self._submit_rollout(
+                [p.prompt_ids for p in prompts], seeds[:len(prompts)], [self._meta(p) for p in prompts],
+                validate=True, greedy=True)
+            refs["baseline_scores"], refs["baseline_gen"] = greedy["scores"], greedy["gen"]
         out = self._gather({**refs, "snapshot": snapshots}, deadline, "rollout")
 
         inverse = torch.empty(len(order), dtype=torch.long)
@@ -389,9 +420,11 @@ class PPOTrainer:
             "ref": torch.cat([o["log_probs"] for o in out["ref"]])[inverse],
             "values": torch.cat([o["values"] for o in out["values"]])[inverse] if self.use_critic else None,
             "scores": torch.cat([o["scores"] for o in out["scores"]])[inverse],
+            "baselines": None, "overlong": None,
             "uids": uids, "prompts": rows, "new_rows": len(rows), "replayed": len(replayed),
             "timing": {
                 "timing_s/gen": max(out["gen"]),
+                "timing_s/snapshot": max((o["time_s"] for o in out["snapshot"]), default=0.0),
                 "timing_s/old_log_prob": max(o["time_s"] for o in out["old"]),
                 "timing_s/ref": max(o["time_s"] for o in out["ref"]),
                 "timing_s/reward": max(o["time_s"] for o in out["scores"]),
@@ -406,11 +439,41 @@ class PPOTrainer:
             if self.use_critic:
                 result["values"] = torch.cat([result["values"], out["extra_values"][0]["values"]])
             result["uids"] = uids + [-1 - j for j in range(len(replayed))]
+        new = slice(0, len(rows))
+        lengths = result["batch"]["response_mask"][new].sum(-1)
+        result["scores"][new], result["overlong"] = experience.shape_scores(result["scores"][new], lengths, cfg)
+        if baseline_order:
+            per_prompt = torch.empty(len(prompts))
+            per_prompt[torch.tensor(baseline_order)] = torch.cat([o["scores"] for o in out["baseline_scores"]]).float()
+            result["baselines"] = per_prompt[torch.tensor(uids)]
+            result["timing"]["timing_s/gen_baseline"] = max(out["baseline_gen"])
         return result
+
+    def _fill_informative_groups(self, rollout: dict[str, Any], deadline: float) -> tuple[dict[str, Any], int]:
+        """DAPO dynamic sampling: generate further prompt batches until `data.train_batch_size` groups
+        have scores that differ (or `max_num_gen_batches` batches were generated: then the batch is
+        filled with tied groups, and a `filter_groups_short` warning says so). Returns the step's
+        rollout and how many prompt batches it used."""
+        cfg = self.cfg
+        wanted, limit = cfg.data.train_batch_size, cfg.algorithm.filter_groups.max_num_gen_batches
+        parts = [rollout]
+        while True:
+            pool = experience.merge(parts)
+            rows, informative = experience.informative_rows(pool, wanted)
+            if informative >= wanted or (limit and len(parts) >= limit):
+                break
+            self._check_stop()
+            index = self.consumed + len(parts)
+            parts.append(self._rollout_phase(self._prompts(index)[1], deadline, batch_index=index, snapshot=False))
+        if informative < wanted:
+            self.reporter.warning("filter_groups_short", f"step {self.step + 1}: {informative} of {wanted} prompt "
+                                  f"groups have differing scores after {len(parts)} generation batches",
+                                  {"step": self.step + 1, "informative": informative, "wanted": wanted})
+        return experience.take_rows(pool, rows), len(parts)
 
     def _advantages(self, rollout: dict[str, Any]) -> dict[str, Any]:
         """Scores on the last response token, PF-PPO filtering, the KL penalty in the reward (and the
-        KL controller update), then GAE or GRPO advantages."""
+        KL controller update), then the advantages of `algorithm.adv_estimator`."""
         cfg = self.cfg
         start = time.perf_counter()
         batch, scores, values = rollout["batch"], rollout["scores"], rollout["values"]
@@ -421,8 +484,9 @@ class PPOTrainer:
         new_rows = rollout["new_rows"]
         keep = torch.ones(len(scores), dtype=torch.bool)
         rf = cfg.guardrails.reward_filter
-        if rf.enable:
-            keep[:new_rows] = reward_filter_mask(scores[:new_rows], rf.drop_middle_quantile)
+        if rf.enable:  # random tie-breaks from (seed, step): a resumed or retried step filters the same
+            generator = torch.Generator().manual_seed(row_seed(self.request.seed, self.consumed, VAL_STREAM - 1))
+            keep[:new_rows] = reward_filter_mask(scores[:new_rows], rollout["uids"][:new_rows], rf.mode, generator)
         loss_mask = mask * keep[:, None]
         kl = kl_penalty(rollout["old"], rollout["ref"], cfg.algorithm.kl_penalty)
         current_kl = float(masked_mean(kl, mask, dim=-1).mean())
@@ -432,14 +496,8 @@ class PPOTrainer:
             self.kl_ctrl.update(current_kl, n_steps=len(scores))
         else:
             rewards = token_scores
-        if self.use_critic:
-            advantages, returns = compute_gae(rewards, values, loss_mask, cfg.algorithm.gamma, cfg.algorithm.lam)
-            raw_advantages = returns - values
-        else:
-            advantages, returns = compute_grpo_advantages(rewards, mask, rollout["uids"],
-                                                          norm_by_std=cfg.algorithm.norm_adv_by_std_in_grpo)
-            advantages, returns = advantages * keep[:, None], returns * keep[:, None]
-            raw_advantages = advantages
+        advantages, returns = experience.advantages(cfg.algorithm, rewards, mask, keep, rollout)
+        raw_advantages = returns - values if self.use_critic else advantages
         if rf.enable and rf.replay_buffer_size:
             self.replay.push([{"prompt": rollout["prompts"][i].prompt_ids,
                                "response": batch["responses"][i, :int(lengths[i])].tolist(),
@@ -521,6 +579,10 @@ class PPOTrainer:
         if cfg.guardrails.reward_filter.enable:
             metrics["reward_filter/kept_ratio"] = float(adv["keep"][new].float().mean())
             metrics["reward_filter/replayed"] = float(rollout["replayed"])
+        if rollout["overlong"] is not None:
+            metrics["reward/overlong_penalty/mean"] = float(rollout["overlong"].mean())
+        if rollout["baselines"] is not None:
+            metrics["critic/score_baseline/mean"] = float(rollout["baselines"].mean())
         return metrics
 
     def _validate(self, deadline: float) -> dict[str, float]:
@@ -566,17 +628,25 @@ class PPOTrainer:
     def _save_checkpoint(self, step: int, metrics: dict[str, float], deadline: float) -> None:
         start = time.perf_counter()
         final = step_dir(self.request.checkpoint_dir, step)
-        with atomic_dir(final) as tmp:
-            refs = [self.roles["actor"].submit(0, "save_checkpoint", os.path.join(tmp, "actor"),
-                                               {"trainer": self._state()})]
+        parts = ("actor", "critic") if self.use_critic else ("actor",)
+
+        def save_parts(root: str) -> None:
+            refs = [self.roles["actor"].submit(0, "save_checkpoint", join(root, "actor"), {"trainer": self._state()})]
             if self.use_critic:
-                refs.append(self.roles["critic"].submit(0, "save_checkpoint", os.path.join(tmp, "critic")))
+                refs.append(self.roles["critic"].submit(0, "save_checkpoint", join(root, "critic")))
             self._gather({"save": refs}, deadline, "checkpoint")
-            for role in ("actor", "critic") if self.use_critic else ("actor",):
-                # Each role's part is a complete checkpoint of its own (`load_state` checks the marker);
-                # the step directory becomes visible only when the whole of it is complete.
-                with open(os.path.join(tmp, role, COMPLETE), "w") as f:
-                    f.write("ok\n")
+            for role in parts:
+                # Each role's part is a complete checkpoint of its own (`load_state` checks the marker).
+                self.artifacts.put_marker(join(root, role))
+
+        if is_remote(final):
+            # Each role uploads its part from its own node; the step's marker goes last.
+            self.artifacts.remove(final)
+            save_parts(final)
+            self.artifacts.put_marker(final)
+        else:
+            with atomic_dir(final) as tmp:  # the step directory appears only when the whole of it is complete
+                save_parts(tmp)
         self.reporter.checkpoint(step, final, {**metrics, "timing_s/save_checkpoint": time.perf_counter() - start})
 
     def _rollback(self, step: int, verdict: Verdict, start_state: dict[str, Any]) -> None:

@@ -7,7 +7,7 @@ The service passes an implementation that writes the job's event log; tests and 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 
@@ -28,12 +28,22 @@ class Reporter(Protocol):
     def should_stop(self) -> bool:
         """True when the job was cancelled; methods check it between steps."""
 
+    def placement(self, workers: Sequence[Mapping[str, Any]]) -> None:
+        """Where the job's workers landed: `{role, rank, node_id, node_ip, ...}` each."""
+
+    def heartbeat(self, step: int | None = None) -> None:
+        """The training loop is alive, at `step`: called at every step (and phase) boundary. The
+        step watchdog times steps by it (`engine.watchdog`); the service also beats for the
+        controller with it. Cheap: implementations throttle what they write."""
+
 
 class RecordingReporter:
     """Keeps every report in memory, in order: for tests, benchmarks and the CLI."""
 
     def __init__(self, stop_after_step: int | None = None) -> None:
         self.events: list[dict[str, Any]] = []
+        self.beats: list[int | None] = []
+        """`heartbeat` steps, in order (kept apart from `events`: they are many and carry nothing)."""
         self.stop_after_step = stop_after_step
 
     def _add(self, kind: str, **data: Any) -> None:
@@ -50,6 +60,12 @@ class RecordingReporter:
 
     def warning(self, code, message, data=None):
         self._add("warning", code=code, message=message, data=dict(data or {}))
+
+    def placement(self, workers):
+        self._add("placement", workers=[dict(w) for w in workers])
+
+    def heartbeat(self, step=None):
+        self.beats.append(step)
 
     def should_stop(self) -> bool:
         steps = self.steps()

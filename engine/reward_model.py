@@ -11,7 +11,6 @@ Keel.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -23,7 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine import data as data_lib
-from engine import models
+from engine import models, packing
+from engine.artifacts import content_digest, for_request, join
 from engine.config import JobRequest, JobResult, ModelConfig, RewardModelConfig, RMDistillConfig
 from engine.errors import ConfigError, DataError, GateFailed
 from engine.reporting import Reporter
@@ -96,6 +96,10 @@ class _PairTask:
         pair = self._pair(example)
         return max(len(pair.chosen_ids), len(pair.rejected_ids))
 
+    def tokens(self, example: Any) -> int:
+        pair = self._pair(example)
+        return len(pair.chosen_ids) + len(pair.rejected_ids)
+
     def weight(self, example: Any) -> float:
         return 1.0
 
@@ -115,15 +119,20 @@ class _PairTask:
         gradient) equal the single padded forward's up to float summation order (right padding
         never changes a sequence's attended positions). `computed tokens` counts what the groups
         really computed, so `perf/padding_efficiency` is real / computed.
+
+        With packing (`model.use_remove_padding`) all 2n sequences are one forward over one row
+        without padding (`engine.packing`): no groups, and computed tokens = real tokens.
         """
         seqs = [p.chosen_ids for p in pairs] + [p.rejected_ids for p in pairs]
-        groups = data_lib.length_groups([len(s) for s in seqs], self.group_overhead)
+        packed = packing.enabled(model)
+        groups = ([list(range(len(seqs)))] if packed
+                  else data_lib.length_groups([len(s) for s in seqs], self.group_overhead))
         parts, real, computed = [], 0.0, 0.0
         for group in groups:
             ids, mask = data_lib.pad([seqs[i] for i in group], self.pad_id)
             parts.append(models.reward_scores(model, ids.to(self.device), mask.to(self.device)))
             real += float(mask.sum())
-            computed += float(mask.numel())
+            computed += float(mask.sum() if packed else mask.numel())
         order = torch.tensor([i for group in groups for i in group], dtype=torch.long)
         inverse = torch.empty_like(order)
         inverse[order] = torch.arange(len(order))
@@ -186,28 +195,18 @@ class ScoredPair:
 
 
 def teacher_scores_path(request: JobRequest) -> str:
-    return os.path.join(request.checkpoint_dir, TEACHER_SCORES)
-
-
-def _file_digest(path: str | None) -> str | None:
-    if not path:
-        return None
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """Beside the checkpoints: a local path or a URL (`engine.artifacts`)."""
+    return join(request.checkpoint_dir, TEACHER_SCORES)
 
 
 def _teacher_fingerprint(request: JobRequest) -> str:
-    """What the cached scores depend on: teacher weights, data files, split and tokenization."""
+    """What the cached scores depend on: the teacher's content (weights, config, tokenizer), the data
+    files, the split and the tokenization. A hub id is its own identity."""
     teacher = request.teacher_path or ""
-    weights = sorted((f, os.path.getsize(os.path.join(teacher, f))) for f in os.listdir(teacher)
-                     if f.endswith(".safetensors")) if os.path.isdir(teacher) else []
     d = request.config.data
-    return json.dumps({"teacher": os.path.realpath(teacher) if os.path.isdir(teacher) else teacher,
-                       "weights": weights, "train": _file_digest(request.training_file),
-                       "val": _file_digest(request.validation_file), "seed": request.seed,
+    return json.dumps({"teacher": content_digest(teacher) if os.path.isdir(teacher) else teacher,
+                       "train": content_digest(request.training_file),
+                       "val": content_digest(request.validation_file), "seed": request.seed,
                        "max_length": d.max_total_length, "truncation": d.truncation,
                        "dtype": request.config.model.dtype}, sort_keys=True)
 
@@ -238,12 +237,13 @@ class DistillTask(_PairTask):
     def prepare(self) -> str | None:
         if not self.request.teacher_path:
             raise ConfigError("rm_distill needs teacher_path (the teacher reward model)", param="teacher_path")
+        store = for_request(self.request)
         path = teacher_scores_path(self.request)
         fingerprint = _teacher_fingerprint(self.request)
-        if os.path.isfile(path) and _read_cache(path)[0] == fingerprint:
+        if store.exists(path) and _read_cache(store.stage(path))[0] == fingerprint:
             return f"reusing the teacher scores in {path}"
-        teacher = models.load_reward_model(self.request.teacher_path, ModelConfig(dtype=self.cfg.model.dtype),
-                                           trainable=False).to(self.device)
+        teacher_cfg = ModelConfig(dtype=self.cfg.model.dtype, use_remove_padding=self.cfg.model.use_remove_padding)
+        teacher = models.load_reward_model(self.request.teacher_path, teacher_cfg, trainable=False).to(self.device)
         # A teacher directory without tokenizer files must share the student's tokenizer.
         has_tokenizer = any(os.path.isfile(os.path.join(self.request.teacher_path, f))
                             for f in ("tokenizer.json", "tokenizer_config.json"))
@@ -259,15 +259,21 @@ class DistillTask(_PairTask):
             columns["chosen"] += chosen
             columns["rejected"] += rejected
         del teacher
-        self._write_cache(path, columns, fingerprint)
+        with store.writing_file(path) as local:  # readers see the old file or the whole new one
+            self._write_cache(local, columns, fingerprint)
         return f"scored {len(columns['row'])} pairs with the teacher into {path}"
 
     @torch.no_grad()
     def _score_all(self, model: nn.Module, pairs: Sequence[data_lib.PairExample]) -> tuple[list, list]:
         chosen = [0.0] * len(pairs)
         rejected = [0.0] * len(pairs)
-        lengths = [max(len(p.chosen_ids), len(p.rejected_ids)) for p in pairs]
-        for batch in data_lib.token_budget_batches(lengths, max(1, self.cfg.max_token_len_per_gpu // 2)):
+        if packing.enabled(model):  # the budget counts real tokens
+            batches = packing.budget_batches([len(p.chosen_ids) + len(p.rejected_ids) for p in pairs],
+                                             self.cfg.max_token_len_per_gpu)
+        else:
+            batches = data_lib.token_budget_batches([max(len(p.chosen_ids), len(p.rejected_ids)) for p in pairs],
+                                                    max(1, self.cfg.max_token_len_per_gpu // 2))
+        for batch in batches:
             c, r, _, _ = self._scores(model, [pairs[i] for i in batch])
             for i, ci, ri in zip(batch, c.tolist(), r.tolist()):
                 chosen[i], rejected[i] = ci, ri
@@ -278,21 +284,18 @@ class DistillTask(_PairTask):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         table = pa.table({"split": pa.array(columns["split"], pa.string()),
                           "row": pa.array(columns["row"], pa.int64()),
                           "chosen": pa.array(columns["chosen"], pa.float64()),
                           "rejected": pa.array(columns["rejected"], pa.float64())})
         table = table.replace_schema_metadata({b"keel_fingerprint": fingerprint.encode()})
-        tmp = f"{path}.tmp-{os.getpid()}"
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)  # readers see the old file or the whole new one
+        pq.write_table(table, path)
 
     # in every worker
     def load_model(self) -> tuple[nn.Module, Any]:
         self.tokenizer = models.load_tokenizer(self.request.model_path)
         self.pad_id = self.tokenizer.pad_token_id
-        _, self.teacher = _read_cache(teacher_scores_path(self.request))
+        _, self.teacher = _read_cache(for_request(self.request).stage(teacher_scores_path(self.request)))
         chosen, rejected = self.teacher["train"]
         # `mse` regresses standardised teacher gaps; the student's gap times this scale is in
         # teacher units again (for the KL and the gate).

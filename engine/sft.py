@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from engine import data as data_lib
-from engine import models
+from engine import models, packing
 from engine.algos.logits import log_probs_from_logits
 from engine.config import JobRequest, JobResult, SFTConfig
 from engine.reporting import Reporter
@@ -37,11 +37,25 @@ def sft_loss_sum(model: nn.Module, input_ids: torch.Tensor, attention_mask: torc
     Returns:
         (NLL summed over response tokens, a scalar; the number of those tokens).
     """
+    if packing.enabled(model):
+        return _packed_loss_sum(model, packing.pack_padded(input_ids, attention_mask), prompt_lens)
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
     # Position t predicts token t + 1.
     logp = log_probs_from_logits(logits[:, :-1].float(), input_ids[:, 1:])
     positions = torch.arange(1, input_ids.shape[1], device=input_ids.device)
     mask = (positions[None, :] >= prompt_lens[:, None]) & attention_mask[:, 1:].bool()
+    nll = torch.where(mask, -logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
+    return nll.sum(), mask.sum()
+
+
+def _packed_loss_sum(model: nn.Module, packed: packing.Packed,
+                     prompt_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`sft_loss_sum` on one packed row: token k predicts token k + 1 when both are in the same
+    sequence and k + 1 is a response token."""
+    logits = model(**packed.model_inputs()).logits[0]
+    logp = log_probs_from_logits(logits[:-1].float(), packed.input_ids[0, 1:])
+    rows, cols = packed.padded_index(logp.device)
+    mask = (rows[1:] == rows[:-1]) & (cols[1:] >= prompt_lens[rows[1:]])
     nll = torch.where(mask, -logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
     return nll.sum(), mask.sum()
 
@@ -71,6 +85,9 @@ class SFTTask:
     def length(self, example: data_lib.SFTExample) -> int:
         return len(example.input_ids)
 
+    def tokens(self, example: data_lib.SFTExample) -> int:
+        return len(example.input_ids)
+
     def weight(self, example: data_lib.SFTExample) -> float:
         return float(response_token_count(example))
 
@@ -79,8 +96,9 @@ class SFTTask:
         prompt_lens = torch.tensor([e.prompt_len for e in examples])
         loss_sum, tokens = sft_loss_sum(model, ids.to(self.device), mask.to(self.device),
                                         prompt_lens.to(self.device))
+        computed = mask.sum() if packing.enabled(model) else mask.numel()  # packed: no padding
         return loss_sum, {"loss_sum": loss_sum.item(), "tokens": float(tokens),
-                          "real_tokens": float(mask.sum()), "padded_tokens": float(mask.numel())}
+                          "real_tokens": float(mask.sum()), "padded_tokens": float(computed)}
 
     def metrics(self, stats: Mapping[str, float], split: str) -> dict[str, float]:
         loss = stats["loss_sum"] / max(stats["tokens"], 1.0)

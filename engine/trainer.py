@@ -28,8 +28,10 @@ import torch
 from torch import nn
 
 from engine import data as data_lib
-from engine import models
+from engine import models, packing, sharding
+from engine.artifacts import Artifacts, for_request, is_remote, join, localize
 from engine.checkpoint import (
+    COMPLETE,
     CheckpointError,
     atomic_dir,
     is_complete,
@@ -44,13 +46,16 @@ from engine.distributed import (
     all_reduce_sum,
     destroy_process_group,
     device_for,
-    free_port,
     init_process_group,
     make_group,
+    node_identity,
+    rendezvous,
 )
 from engine.errors import Cancelled, ConfigError, DataError
+from engine.precision import Precision
 from engine.reporting import Reporter
 from engine.schedule import build_optimizer, build_scheduler
+from engine.watchdog import MaxDurationExceeded
 
 HOLDOUT_FRACTION = 0.1
 """Share of the training rows held out for validation when the request has no validation file."""
@@ -81,6 +86,9 @@ class Task(Protocol):
     def length(self, example: Any) -> int:
         """Longest sequence of the example (the token budget unit)."""
 
+    def tokens(self, example: Any) -> int:
+        """All tokens of the example (the token budget unit of packed micro-batches)."""
+
     def weight(self, example: Any) -> float:
         """The example's share of the loss normaliser (response tokens, or 1 per pair)."""
 
@@ -97,11 +105,12 @@ class Task(Protocol):
 def split_rows(request: JobRequest, kind: str) -> tuple[list[dict], list[dict]]:
     """(train rows, validation rows). Without a validation file, a seeded `HOLDOUT_FRACTION` of the
     training rows (at least one, when there are two or more) is held out."""
-    train = data_lib.load_rows(request.training_file, kind)
+    store = for_request(request)  # a no-op for a `localize`d request
+    train = data_lib.load_rows(store.stage(request.training_file), kind)
     if not train:
         raise DataError("the training file has no rows", param="training_file")
     if request.validation_file:
-        return train, data_lib.load_rows(request.validation_file, kind)
+        return train, data_lib.load_rows(store.stage(request.validation_file), kind)
     if len(train) < 2:
         return train, []
     n_val = max(1, int(len(train) * HOLDOUT_FRACTION))
@@ -145,6 +154,9 @@ class SupervisedWorker:
     """One data-parallel replica: the model, optimizer, scheduler and all tokenized examples."""
 
     def __init__(self, task_cls: type, request: JobRequest, *, rank: int, world_size: int) -> None:
+        # This worker may run on any node: it reads its own copies of the job's inputs.
+        self.artifacts = for_request(request)
+        request = localize(request, self.artifacts)
         self.request, self.cfg = request, request.config
         self.rank, self.world_size = rank, world_size
         self.device = device_for(request.resources)
@@ -153,11 +165,14 @@ class SupervisedWorker:
         self.task = task_cls(request, self.device)
 
     # group plumbing
-    def free_port(self) -> int:
-        return free_port()
+    def rendezvous(self) -> tuple[str, int]:
+        return rendezvous()
 
-    def init_process_group(self, port: int) -> None:
-        init_process_group(self.rank, self.world_size, port, self.device)
+    def node(self) -> dict[str, Any]:
+        return node_identity()
+
+    def init_process_group(self, endpoint: tuple[str, int]) -> None:
+        init_process_group(self.rank, self.world_size, endpoint, self.device)
 
     def shutdown(self) -> None:
         if self.world_size > 1:  # in-process, a group this worker did not create is left alone
@@ -187,9 +202,25 @@ class SupervisedWorker:
         self.plan = make_plan(self.cfg, len(self.train), len(self.val))
         if self.plan.total_steps < 1:
             raise ConfigError("the run has no training steps", param="trainer.total_training_steps")
+        self.precision = Precision(self.cfg.model.dtype, self.device)
+        self.sharded = self._shard()
         self.optimizer = build_optimizer(self.model, self.cfg.optim)
         self.scheduler = build_scheduler(self.optimizer, self.cfg.optim, self.plan.total_steps)
+        self.offload = (sharding.OptimizerOffload(self.optimizer, self.device)
+                        if self.sharded is not None and self.cfg.model.fsdp_config.optimizer_offload else None)
         return self.plan
+
+    def _shard(self) -> sharding.Sharded | None:
+        """`model.strategy: fsdp2` with several workers: shard the model (`engine.sharding`)."""
+        if self.cfg.model.strategy != "fsdp2" or self.world_size == 1:
+            return None
+        if hasattr(self.task, "group_overhead"):
+            # One forward per micro-batch on every worker: the collectives must line up.
+            self.task.group_overhead = 10**12
+        sharded = sharding.shard_model(self.model, self.cfg.model.fsdp_config, dtype=self.precision.dtype,
+                                       device=self.device)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        return sharded
 
     # the data of one step
     def step_rows(self, step: int) -> list[int]:
@@ -203,7 +234,9 @@ class SupervisedWorker:
     def micro_batches(self, examples: Sequence[Any]) -> list[list[Any]]:
         if not examples:
             return []
-        if self.cfg.use_dynamic_bsz:
+        if self.cfg.use_dynamic_bsz and packing.enabled(self.model):  # packed rows: real tokens count
+            groups = packing.budget_batches([self.task.tokens(e) for e in examples], self.cfg.max_token_len_per_gpu)
+        elif self.cfg.use_dynamic_bsz:
             lengths = [self.task.length(e) for e in examples]
             budget = max(1, self.cfg.max_token_len_per_gpu // self.task.row_cost)
             groups = data_lib.token_budget_batches(lengths, budget)
@@ -219,6 +252,10 @@ class SupervisedWorker:
                                              device=self.device))
         return dict(zip(keys, summed.tolist()))
 
+    def _lockstep(self, batches: list[list[Any]]):
+        """`(micro-batch, real)`; under fsdp2 padded with fillers to the busiest worker's count."""
+        return sharding.lockstep(batches, [self.train[0]], active=self.sharded is not None, device=self.device)
+
     # training and validation
     def train_step(self, step: int) -> dict[str, float]:
         start = time.perf_counter()
@@ -228,21 +265,20 @@ class SupervisedWorker:
         lr = self.scheduler.get_last_lr()[0]
         self.optimizer.zero_grad(set_to_none=True)
         stats = dict.fromkeys(self.task.stat_keys, 0.0)
-        for batch in self.micro_batches(mine):
-            loss_sum, batch_stats = self.task.forward(self.model, batch)
+        for batch, real in self._lockstep(self.micro_batches(mine)):
+            with self.precision.autocast():
+                loss_sum, batch_stats = self.task.forward(self.model, batch)
             if normaliser > 0:
-                (loss_sum / normaliser).backward()
-            for k, v in batch_stats.items():
+                # A filler micro-batch (fsdp2 lockstep) runs forward and backward, adding nothing.
+                self.precision.backward(loss_sum / normaliser * (1.0 if real else 0.0))
+            for k, v in batch_stats.items() if real else ():
                 stats[k] += v
         for p in self.params:  # a replica without rows still joins the all-reduce
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         all_reduce_grads(self.params)
-        clip = self.cfg.optim.grad_clip if self.cfg.optim.grad_clip > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, clip))
-        skipped = not np.isfinite(grad_norm)
-        if not skipped:
-            self.optimizer.step()
+        grad_norm, stepped, _ = self.precision.step(self.optimizer, self.params, self.cfg.optim.grad_clip)
+        skipped = not stepped
         self.scheduler.step()
         stats = self._reduce(stats)
         elapsed = time.perf_counter() - start
@@ -253,6 +289,7 @@ class SupervisedWorker:
             "perf/tokens_per_s": stats["real_tokens"] / max(elapsed, 1e-9),
             "perf/padding_efficiency": stats["real_tokens"] / max(stats["padded_tokens"], 1.0),
             "timing_s/step": elapsed,
+            "perf/model_state_bytes_per_worker": float(sharding.state_bytes(self.model, self.optimizer)),
         })
         if skipped:
             out["train/skipped_step"] = 1.0
@@ -265,27 +302,54 @@ class SupervisedWorker:
         self.model.eval()
         stats = dict.fromkeys(self.task.stat_keys, 0.0)
         try:
-            for batch in self.micro_batches(self.val[self.rank::self.world_size]):
-                _, batch_stats = self.task.forward(self.model, batch)
-                for k, v in batch_stats.items():
+            for batch, real in self._lockstep(self.micro_batches(self.val[self.rank::self.world_size])):
+                with self.precision.autocast():
+                    _, batch_stats = self.task.forward(self.model, batch)
+                for k, v in batch_stats.items() if real else ():
                     stats[k] += v
         finally:
             self.model.train()
         return self.task.metrics(self._reduce(stats), "val")
 
     # state
+    def _schedulers(self) -> dict[str, Any]:
+        # float16's loss scale is state too (exact resume); other dtypes keep the old layout.
+        scaler = {"scaler": self.precision} if self.precision.scaler is not None else {}
+        return {"model": self.scheduler, **scaler}
+
     def save_checkpoint(self, path: str, extra: dict[str, Any]) -> str:
-        with atomic_dir(path) as tmp:
+        """Every worker is called: rank 0 writes a `ddp` checkpoint; under fsdp2 all write shards."""
+        if self.sharded is not None:
+            return sharding.save_sharded_checkpoint(
+                path, lambda tmp: sharding.save_shards(tmp, "model", self.model, self.optimizer),
+                lambda tmp: save_state(tmp, modules={}, schedulers=self._schedulers(), extra=extra))
+        if self.rank != 0:
+            return path
+        # A remote checkpoint is written locally, then uploaded with its COMPLETE marker last.
+        with (self.artifacts.writing(path, marker=COMPLETE) if is_remote(path) else atomic_dir(path)) as tmp:
             save_state(tmp, modules={"model": self.model}, optimizers={"model": self.optimizer},
-                       schedulers={"model": self.scheduler}, extra=extra)
+                       schedulers=self._schedulers(), extra=extra)
         return path
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:
-        return load_state(path, modules={"model": self.model}, optimizers={"model": self.optimizer},
-                          schedulers={"model": self.scheduler})
+        if self.sharded is not None:
+            sharding.load_shards(path, "model", self.model, self.optimizer)
+            return load_state(path, modules={}, schedulers=self._schedulers())
+        return load_state(self.artifacts.stage(path), modules={"model": self.model},
+                          optimizers={"model": self.optimizer}, schedulers=self._schedulers())
 
     def save_output(self, out_dir: str) -> str:
-        return models.save_model(self.model, self.tokenizer, out_dir)
+        """Every worker is called (fsdp2 gathers the full weights to rank 0); rank 0 saves."""
+        model = self.model
+        if self.sharded is not None:
+            state = sharding.full_state_dict(self.model)
+            if state is None:
+                return "hf"
+            model = sharding.plain_copy(self.model, state)
+        elif self.rank != 0:
+            return "hf"
+        with self.artifacts.writing(out_dir) as local:
+            return models.save_model(model, self.tokenizer, local, dtype=self.precision.dtype)
 
 
 # --- the driver -------------------------------------------------------------------------------------
@@ -294,8 +358,13 @@ def _due(step: int, freq: int, total: int) -> bool:
     return step == total or (freq > 0 and step % freq == 0)
 
 
-def resolve_resume(path: str) -> str:
-    """A complete checkpoint directory: `path` itself, or the newest `step_<N>` under it."""
+def resolve_resume(path: str, store: Artifacts | None = None) -> str:
+    """A complete checkpoint directory: `path` itself, or the newest `step_<N>` under it (a local
+    directory only: a URL must name the step's directory)."""
+    if is_remote(path):
+        if (store or Artifacts()).exists(join(path, COMPLETE)):
+            return path
+        raise CheckpointError(f"{path!r} is not a complete checkpoint", param="resume_from")
     if is_complete(path):
         return path
     latest = latest_checkpoint(path)
@@ -326,6 +395,7 @@ def run_supervised(request: JobRequest, reporter: Reporter, task_cls: type, *, c
     group = make_group(SupervisedWorker, task_cls, request, resources=request.resources,
                        ray_address=request.ray_address, in_process=in_process)
     try:
+        reporter.placement(group.placement())
         note = group.call_rank0("prepare")
         if note:
             reporter.log(note)
@@ -333,7 +403,7 @@ def run_supervised(request: JobRequest, reporter: Reporter, task_cls: type, *, c
         total = plan.total_steps
         start = 0
         if request.resume_from:
-            path = resolve_resume(request.resume_from)
+            path = resolve_resume(request.resume_from, for_request(request))
             extra = group.call("load_checkpoint", path)[0]
             if extra.get("method") != request.method:
                 raise CheckpointError(f"{path} is a {extra.get('method')} checkpoint, not {request.method}",
@@ -347,25 +417,36 @@ def run_supervised(request: JobRequest, reporter: Reporter, task_cls: type, *, c
         reporter.log(f"{request.method}: {plan.n_train} train / {plan.n_val} val examples, "
                      f"{plan.batch_size} per step, {total} steps, {group.size} worker(s)")
         last: dict[str, float] = {}
+        saved = start
+
+        def save(step: int) -> None:
+            extra = {"step": step, "epoch": plan.epoch_of(step), "batch_in_epoch": (step - 1) % plan.steps_per_epoch + 1,
+                     "method": request.method, "seed": request.seed, "total_steps": total,
+                     "n_train": plan.n_train, "batch_size": plan.batch_size, "num_workers": group.size}
+            path = group.call("save_checkpoint", step_dir(request.checkpoint_dir, step), extra)[0]
+            reporter.checkpoint(step, path, last)
+
         for step in range(start + 1, total + 1):
             if reporter.should_stop():
                 raise Cancelled(f"job cancelled before step {step}", data={"step": step})
+            try:
+                reporter.heartbeat(step)  # starts the step watchdog's clock for this step
+            except MaxDurationExceeded:  # out of time, at a step boundary: keep what was trained
+                if step - 1 > saved:
+                    save(step - 1)
+                raise
             last = group.call("train_step", step)[0]
             if _due(step, cfg.trainer.test_freq, total):
                 last.update(group.call("validate")[0])
-            epoch = plan.epoch_of(step)
-            reporter.metrics(step, last, total_steps=total, epoch=epoch)
+            reporter.metrics(step, last, total_steps=total, epoch=plan.epoch_of(step))
             if _due(step, cfg.trainer.save_freq, total):
-                extra = {"step": step, "epoch": epoch, "batch_in_epoch": (step - 1) % plan.steps_per_epoch + 1,
-                         "method": request.method, "seed": request.seed, "total_steps": total,
-                         "n_train": plan.n_train, "batch_size": plan.batch_size, "num_workers": group.size}
-                path = group.call_rank0("save_checkpoint", step_dir(request.checkpoint_dir, step), extra)
-                reporter.checkpoint(step, path, last)
+                save(step)
+                saved = step
         if not last:  # resumed from the final checkpoint: nothing left to train
             last = group.call("validate")[0]
         if final_check is not None:
             final_check(last)
-        model_format = group.call_rank0("save_output", request.output_dir)
+        model_format = group.call("save_output", request.output_dir)[0]
         reporter.log(f"saved the {model_kind} ({model_format}) to {request.output_dir}")
         return JobResult(output_dir=request.output_dir, model_format=model_format, model_kind=model_kind,
                          metrics=dict(last))

@@ -14,6 +14,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from http import HTTPStatus
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, NoReturn
 
@@ -38,12 +39,14 @@ from rich.progress import (
 from rich.table import Table
 
 DEFAULT_URL = "http://127.0.0.1:8000"
-METHODS = ("sft", "reward_model", "rm_distill", "ppo")
+METHODS = ("sft", "reward_model", "rm_distill", "dpo", "ppo", "eval")
 KEY_METRICS = {
     "sft": ("train/loss", "val/loss"),
     "reward_model": ("rm/loss", "rm/accuracy", "val/rm/accuracy"),
     "rm_distill": ("distill/loss", "distill/kl", "distill/val_kl", "distill/agreement"),
+    "dpo": ("train/loss", "rewards/accuracies", "rewards/margins", "val/rewards/accuracies"),
     "ppo": ("critic/score/mean", "actor/pg_loss", "actor/ppo_kl", "response_length/mean"),
+    "eval": ("eval/reward/mean", "eval/pass@1", "eval/win_rate"),
 }
 """The few metrics `keel jobs watch` and the demo summary show per method (VERL-style names)."""
 
@@ -210,6 +213,49 @@ def jobs_create(
         if watch:
             final = watch_job(client, job.id)
             raise typer.Exit(0 if final.status.value == "succeeded" else 1)
+
+
+def plan_job(client: AuthenticatedClient, body: dict[str, Any]) -> dict[str, Any]:
+    """The memory plan of a job spec (`POST /v1/jobs?dry_run=true`): nothing is created."""
+    response = client.get_httpx_client().post("/v1/jobs", params={"dry_run": "true"}, json=body)
+    if response.status_code == 200:
+        return response.json()
+    return ok(Response(status_code=HTTPStatus(response.status_code), content=response.content,
+                       headers=response.headers, parsed=None))
+
+
+def _mib(n: Any) -> str:
+    return f"{n / 2**20:,.0f} MiB" if isinstance(n, int | float) else "-"
+
+
+@jobs_app.command("plan")
+def jobs_plan(
+        method: Annotated[str | None, typer.Option(help=f"One of {', '.join(METHODS)} (or `method.type` in "
+                                                        "--config).")] = None,
+        config: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help=(
+            "YAML with JobCreate fields, as for `keel jobs create`."))] = None,
+        model: Annotated[str | None, typer.Option(help="Base model: a model id, hub id or directory.")] = None,
+        training_file: Annotated[str | None, typer.Option(help="A file id (see `keel files upload`).")] = None,
+        override: Annotated[list[str] | None, typer.Option("--set", help=(
+            "A VERL-style override, e.g. actor.ppo_epochs=2 (repeatable)."))] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False) -> None:
+    """Estimate a job's memory per worker without creating it; exit 1 when it will not fit."""
+    with handled():
+        plan = plan_job(make_client(), job_body(config, method, model, training_file, None, override))
+    if as_json:
+        console.print_json(json.dumps(plan))
+    else:
+        keys = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "total_bytes",
+                "host_bytes")
+        rows = [(name, *(_mib(mem.get(k)) for k in keys)) for name, mem in plan.get("roles", {}).items()]
+        if plan.get("per_worker"):
+            rows.append(("per worker", *(_mib(plan["per_worker"].get(k)) for k in keys)))
+        show_table(("role", "weights", "gradients", "optimizer", "activations", "total", "host"), rows)
+        verdict = {True: "fits", False: "will not fit", None: "fit not checked"}[plan.get("fits")]
+        console.print(f"{plan.get('device')} x {plan.get('num_workers')} worker(s): {verdict}. {plan.get('detail')}"
+                      + (f" (param: {plan['param']})" if plan.get("param") else ""), highlight=False)
+    if plan.get("fits") is False:
+        raise typer.Exit(1)
 
 
 @jobs_app.command("list")

@@ -41,16 +41,31 @@ def api(host: str = typer.Option(None, help="Bind address (default KEEL_HOST).")
     """Run the HTTP API."""
     import uvicorn
 
+    from core import logging as logcontext
+
     s = _settings()
+    logcontext.configure()  # uvicorn's own lines (access log included) go through Keel's format too
     uvicorn.run("api.main:app", host=host or s.HOST, port=port or s.PORT, log_level=s.LOG_LEVEL.lower(),
-                timeout_graceful_shutdown=5)
+                log_config=None, timeout_graceful_shutdown=5)
 
 
 @server_app.command()
 def worker(concurrency: int = typer.Option(1, help="Jobs this worker runs at once."),
            loglevel: str = "INFO") -> None:
     """Run a Celery worker that executes jobs on Ray (and the job sweeper)."""
+    _require_one_cluster(concurrency)
     os.execvp(sys.executable, _worker_argv(concurrency, loglevel))
+
+
+def _require_one_cluster(concurrency: int) -> None:
+    """A job must never run twice at once: every worker process shares one Ray cluster
+    (`workers.capacity.single_cluster_problem`), else the worker does not start."""
+    from workers.capacity import single_cluster_problem
+
+    problem = single_cluster_problem(concurrency)
+    if problem:
+        typer.echo(f"keel worker: {problem}", err=True)
+        raise typer.Exit(2)
 
 
 def _worker_argv(concurrency: int, loglevel: str) -> list[str]:
@@ -69,6 +84,7 @@ def up(concurrency: int = typer.Option(1, help="Jobs run at once by the embedded
     s.home.mkdir(parents=True, exist_ok=True)
     migrate()
     key = _ensure_default_project(s.home)
+    _require_one_cluster(concurrency)
     worker_proc = subprocess.Popen(_worker_argv(concurrency, "INFO"), start_new_session=True)
     url = f"http://{s.HOST}:{s.PORT}"
     typer.echo(f"\nKeel is starting on {url}\n  docs:    {url}/docs\n  project: default")
@@ -121,18 +137,90 @@ def _ensure_default_project(home: Path) -> str | None:
     return key
 
 
+def _require_migrated() -> None:
+    """Exit with a sentence, not a traceback, when the database is missing Keel's tables or is behind
+    this version's migrations (or cannot be reached)."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+    from sqlalchemy.exc import DBAPIError
+
+    from core.db import get_engine
+    from core.migrate import alembic_config
+
+    url = _redact(_settings().database_url)
+    try:
+        with get_engine(_settings().database_url).connect() as conn:
+            current = MigrationContext.configure(conn).get_current_revision()
+    except DBAPIError as exc:
+        typer.echo(f"cannot reach the database {url}: {exc.__class__.__name__}", err=True)
+        raise typer.Exit(1) from None
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    if current is None:
+        typer.echo(f"the database {url} has no Keel tables yet: run `keel migrate` first", err=True)
+        raise typer.Exit(1)
+    if current != head:
+        typer.echo(f"the database {url} is at migration {current}, this Keel needs {head}: "
+                   "run `keel migrate` first", err=True)
+        raise typer.Exit(1)
+
+
 @keys_app.command("create")
-def create_key(project: str = typer.Option(..., "--project", help="Project name (created if missing).")) -> None:
+def create_key(project: str = typer.Option(..., "--project", help="Project name (created if missing)."),
+               admin: bool = typer.Option(False, "--admin", help="The key may manage the project's keys "
+                                          "(`/v1/keys`, `keel keys` over HTTP)."),
+               name: str = typer.Option(None, "--name", help="A label to recognise the key by.")) -> None:
     """Create an API key for a project and print it once (only its hash is stored)."""
     from core.db import session_scope
     from core.security import create_api_key, get_or_create_project
 
-    with session_scope() as db:
+    _require_migrated()
+    with session_scope(_settings().database_url) as db:
         proj, created = get_or_create_project(db, project)
-        key = create_api_key(db, proj)
+        key = create_api_key(db, proj, admin=admin, name=name)
     if created:
         typer.echo(f"created project {project} ({proj.id})", err=True)
     typer.echo(key)
+
+
+@keys_app.command("list")
+def list_keys(project: str = typer.Option(None, "--project", help="Only this project's keys."),
+              revoked: bool = typer.Option(False, "--revoked", help="Include revoked keys.")) -> None:
+    """List API keys (never their secrets): id, project, prefix, scope, name, created, revoked."""
+    from sqlalchemy import select
+
+    from core.db import session_scope
+    from core.models import ApiKey, Project
+
+    _require_migrated()
+    with session_scope(_settings().database_url) as db:
+        stmt = select(ApiKey, Project.name).join(Project, Project.id == ApiKey.project_id).order_by(ApiKey.id)
+        if project is not None:
+            stmt = stmt.where(Project.name == project)
+        if not revoked:
+            stmt = stmt.where(ApiKey.revoked_at.is_(None))
+        rows = db.execute(stmt).all()
+    typer.echo("id\tproject\tprefix\tscope\tname\tcreated\trevoked")
+    for key, project_name in rows:
+        typer.echo("\t".join([key.id, project_name, key.prefix + "...", "admin" if key.admin else "project",
+                              key.name or "-", key.created_at.strftime("%Y-%m-%d %H:%M"),
+                              key.revoked_at.strftime("%Y-%m-%d %H:%M") if key.revoked_at else "-"]))
+
+
+@keys_app.command("revoke")
+def revoke_key(key_id: str = typer.Argument(..., help="The key's id (`keel keys list`).")) -> None:
+    """Revoke an API key: every request with it is a 401 from now on."""
+    from core.db import session_scope
+    from core.models import ApiKey
+    from core.security import revoke_api_key
+
+    _require_migrated()
+    with session_scope(_settings().database_url) as db:
+        row = db.get(ApiKey, key_id)
+        if row is None:
+            typer.echo(f"no API key with id {key_id!r}", err=True)
+            raise typer.Exit(1)
+        revoke_api_key(db, row.project_id, key_id)
+    typer.echo(f"revoked {key_id}")
 
 
 def _redact(url: str) -> str:

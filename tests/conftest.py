@@ -27,6 +27,7 @@ os.environ.update({
     "KEEL_STORAGE_URL": str(_HOME / "artifacts"),
     "KEEL_MODEL_ROOTS": str(_HOME / "models"),
     "KEEL_RATE_LIMIT_PER_MINUTE": "0",
+    "KEEL_MAX_STREAMS_PER_KEY": "0",  # storm tests hold 100+ streams on one key; tests/api/test_limits.py caps
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "RAY_USAGE_STATS_ENABLED": "0",
 })

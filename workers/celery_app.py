@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from celery import Celery
+from celery.signals import setup_logging
 
+from core import logging as logcontext
 from core.config import settings
 
 JOB_QUEUE = f"{settings.QUEUE_NAMESPACE}keel.jobs"
@@ -25,3 +27,10 @@ if settings.broker_url.startswith(("redis", "rediss")):
     # Redis redelivers unacked tasks after this long: longer than any job, so only a lost worker
     # (not a long job) triggers redelivery. The embedded SQLAlchemy transport takes no such option.
     celery_app.conf.broker_transport_options = {"visibility_timeout": 12 * 3600}
+
+
+@setup_logging.connect
+def _keel_logging(loglevel: int | str | None = None, **_: object) -> None:
+    """Keel's log format (`KEEL_LOG_FORMAT`) instead of Celery's: a receiver here makes Celery leave
+    logging alone."""
+    logcontext.configure(level=loglevel or None)

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import or_, update
 
+from core.clock import db_now
 from core.db import session_factory
 from core.models import Job, utcnow
 from workers.celery_app import JOB_QUEUE, celery_app
@@ -83,7 +84,9 @@ def request_cancel(job_id: str, *, heartbeat_timeout_s: float | None = None) -> 
     from core.config import settings
 
     timeout = settings.WORKER_HEARTBEAT_TIMEOUT_S if heartbeat_timeout_s is None else heartbeat_timeout_s
-    return cancel_if_idle(job_id, utcnow() - timedelta(seconds=timeout))
+    with session_factory()() as db:  # heartbeats are on the database's clock: judge them on it
+        now = db_now(db)
+    return cancel_if_idle(job_id, now - timedelta(seconds=timeout))
 
 
 def cancel_if_idle(job_id: str, stale_before: datetime) -> bool:

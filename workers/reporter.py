@@ -19,16 +19,18 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any, Self, TypeVar
 
-from sqlalchemy import select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
+from core.clock import db_now, db_now_sql
 from core.db import session_factory
 from core.events import append_event, channel, event_payload, publish
 from core.ids import new_id
-from core.models import Checkpoint, Job, JobEvent, utcnow
+from core.models import Checkpoint, Job, JobEvent
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,8 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 DB_RETRY_BUDGET_S = 60.0
 """How long a write keeps retrying through connection errors before it gives up and raises."""
 STOP_CACHE_S = 1.0
+HEARTBEAT_S = 5.0
+"""Default interval of the controller's heartbeat writes (the service passes `WORKER_HEARTBEAT_S`)."""
 """`should_stop` re-reads the job at most this often."""
 
 T = TypeVar("T")
@@ -123,12 +127,17 @@ class DBReporter:
     """
 
     def __init__(self, job_id: str, database_url: str, *, redis_url: str | None = None,
-                 attempt: int | None = None, stop_cache_s: float = STOP_CACHE_S) -> None:
+                 attempt: int | None = None, stop_cache_s: float = STOP_CACHE_S,
+                 storage_options: Mapping[str, Any] | None = None, heartbeat_s: float = HEARTBEAT_S) -> None:
         self.job_id = job_id
+        self.heartbeat_s = heartbeat_s
+        """`heartbeat` writes at most this often."""
         self.database_url = database_url
         self.redis_url = redis_url or None
         self.attempt = attempt
         self.stop_cache_s = stop_cache_s
+        self.storage_options = dict(storage_options or {})
+        """fsspec options of a remote artifact store (to size checkpoints recorded by URL)."""
         self._init_local()
 
     def _init_local(self) -> None:
@@ -138,8 +147,9 @@ class DBReporter:
         self._local_stop: threading.Event | None = None
         self._rate_origin: tuple[int, float] | None = None
         self._redis = None
+        self._beat_at = -math.inf
 
-    _STATE = ("job_id", "database_url", "redis_url", "attempt", "stop_cache_s")
+    _STATE = ("job_id", "database_url", "redis_url", "attempt", "stop_cache_s", "storage_options", "heartbeat_s")
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self._STATE}
@@ -176,7 +186,7 @@ class DBReporter:
     def checkpoint(self, step: int, path: str, metrics: Mapping[str, float]) -> None:
         checkpoint_id = new_id("ckpt")
         metrics = json_safe(dict(metrics))
-        size = _tree_bytes(path)
+        size = _tree_bytes(path, self.storage_options)
 
         def apply(db: Session, job: Any) -> bool:
             if db.scalar(select(Checkpoint.id).where(Checkpoint.job_id == self.job_id, Checkpoint.step == step)):
@@ -192,6 +202,37 @@ class DBReporter:
 
     def warning(self, code: str, message: str, data: Mapping[str, Any] | None = None) -> None:
         self._append("job.warning", {"code": code, "message": str(message), "data": json_safe(dict(data or {}))})
+
+    def placement(self, workers: Sequence[Mapping[str, Any]]) -> None:
+        """`job.placement`, and the same list on the job row (`GET /v1/jobs/{id}` shows it)."""
+        workers = [json_safe(dict(w)) for w in workers]
+
+        def apply(db: Session, job: Any) -> bool:
+            db.execute(update(Job).where(Job.id == self.job_id).values(placement=workers)
+                       .execution_options(synchronize_session=False))
+            return True
+
+        self._append("job.placement", {"workers": workers}, apply)
+
+    def heartbeat(self, step: int | None = None) -> None:
+        """The controller is alive and its loop on time: `controller_heartbeat_at = now()` on the
+        database's clock, at most every `heartbeat_s`, while this attempt owns the job. Never raises:
+        a missed beat is made up by the next one."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._beat_at < self.heartbeat_s:
+                return
+            self._beat_at = now
+        where = [Job.id == self.job_id, Job.status.in_(ACTIVE)]
+        if self.attempt is not None:
+            where.append(Job.attempts == self.attempt)
+        try:
+            with self._session() as db:
+                db.execute(update(Job).where(*where).values(controller_heartbeat_at=db_now_sql())
+                           .execution_options(synchronize_session=False))
+                db.commit()
+        except DBAPIError as exc:
+            log.warning("job %s: controller heartbeat failed: %s", self.job_id, exc.__class__.__name__)
 
     def should_stop(self) -> bool:
         """True once the job is `cancelling`, or (with `attempt`) no longer this attempt's to run."""
@@ -276,7 +317,17 @@ def _landed(db: Session, job_id: str, seq: int, kind: str, data: dict[str, Any])
     return event is not None and event.type == kind and event.data == data
 
 
-def _tree_bytes(path: str) -> int:
+def _tree_bytes(path: str, storage_options: Mapping[str, Any] | None = None) -> int:
+    if "://" in path and not path.startswith("file://"):  # a remote store (`engine.artifacts`)
+        import fsspec
+
+        try:
+            fs, root = fsspec.core.url_to_fs(path, **dict(storage_options or {}))
+            fs.invalidate_cache(root)
+            return sum(int(info.get("size") or 0) for info in fs.find(root, detail=True).values())
+        except Exception as exc:  # noqa: BLE001 - a size is not worth failing the job's report over
+            log.warning("could not size checkpoint %s: %s", path, exc)
+            return 0
     if os.path.isfile(path):
         return os.path.getsize(path)
     total = 0
@@ -290,13 +341,19 @@ def _tree_bytes(path: str) -> int:
 
 
 class Heartbeat:
-    """Bumps `job.heartbeat_at` every `interval_s` from a daemon thread while attempt `attempt`
-    owns the job; calls `on_lost()` once (and stops) when it no longer does."""
+    """Bumps `job.heartbeat_at` (the database's clock) every `interval_s` from a daemon thread while
+    attempt `attempt` owns the job; calls `on_lost()` once (and stops) when it no longer does.
+
+    With `controller_timeout_s`, liveness also covers the job's Ray controller: once the controller
+    has beaten (`controller_heartbeat_at`, `DBReporter.heartbeat`), a controller silent that long
+    stops these beats too, so a frozen controller's job goes stale and a sweeper re-queues it, while
+    a dead worker process still goes stale however alive its controller is."""
 
     def __init__(self, job_id: str, attempt: int, interval_s: float, on_lost: Callable[[], None],
-                 database_url: str | None = None) -> None:
+                 database_url: str | None = None, controller_timeout_s: float | None = None) -> None:
         self.job_id, self.attempt, self.interval_s = job_id, attempt, interval_s
         self.on_lost, self.database_url = on_lost, database_url
+        self.controller_timeout_s = controller_timeout_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"keel-heartbeat-{job_id}")
 
@@ -310,10 +367,18 @@ class Heartbeat:
 
     def beat(self) -> bool:
         """One heartbeat; False when this attempt no longer owns the job."""
+        owned = [Job.id == self.job_id, Job.attempts == self.attempt, Job.status.in_(ACTIVE)]
         with session_factory(self.database_url)() as db:
-            n = db.execute(update(Job).where(Job.id == self.job_id, Job.attempts == self.attempt,
-                                             Job.status.in_(ACTIVE))
-                           .values(heartbeat_at=utcnow()).execution_options(synchronize_session=False)).rowcount
+            gate = []
+            if self.controller_timeout_s is not None:
+                cutoff = db_now(db) - timedelta(seconds=self.controller_timeout_s)
+                gate = [or_(Job.controller_heartbeat_at.is_(None), Job.controller_heartbeat_at >= cutoff)]
+            n = db.execute(update(Job).where(*owned, *gate).values(heartbeat_at=db_now_sql())
+                           .execution_options(synchronize_session=False)).rowcount
+            if n == 0 and gate and db.scalar(select(func.count()).select_from(Job).where(*owned)):
+                log.warning("job %s: its controller has been silent for over %.0f s; heartbeat withheld",
+                            self.job_id, self.controller_timeout_s)
+                n = 1
             db.commit()
         return n == 1
 

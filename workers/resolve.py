@@ -1,8 +1,10 @@
-"""Turn a job row into the engine's `JobRequest`: every reference becomes a local path.
+"""Turn a job row into the engine's `JobRequest`: every reference becomes a location the engine can
+read from any Ray node: a path in a local artifact store (mounted on every node), or a URL of a
+remote one (the engine stages and uploads those itself, `engine.artifacts`).
 
-- model refs: a Keel model id -> that model's directory; an absolute directory -> itself, if it lies
-  under a model root; anything else (a hub id) is passed through for the engine to load;
-- file ids -> their local paths in the artifact store;
+- model refs: a Keel model id -> that model's recorded location; an absolute directory -> itself,
+  if it lies under a model root; anything else (a hub id) is passed through for the engine to load;
+- file ids -> their locations in the artifact store;
 - hyperparameters -> the method's frozen config (`engine.config.build_config`);
 - outputs: `jobs/<job_id>/output` and `jobs/<job_id>/checkpoints` in the artifact store;
 - `resume_from`: this job's newest checkpoint in its event log (a re-queued job continues where it
@@ -24,12 +26,10 @@ from sqlalchemy.orm import Session
 
 from core.config import settings
 from core.models import Checkpoint, File, Job, Model
-from core.storage import get_storage
+from core.storage import COMPLETE_MARKER, get_storage, is_url
 from engine.config import METHOD_CONFIGS, JobRequest, Resources, build_config
 from engine.errors import ConfigError, EngineError, ModelNotAllowed
 
-COMPLETE_MARKER = "COMPLETE"
-"""Written last into a checkpoint directory (`engine.checkpoint`); without it a directory is ignored."""
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
@@ -41,18 +41,18 @@ class MissingReference(EngineError):
 
 
 def job_dirs(job_id: str) -> tuple[str, str]:
-    """(output dir, checkpoint dir) of a job in the local artifact store."""
+    """(output dir, checkpoint dir) of a job in the artifact store: paths, or URLs of a remote store."""
     storage = get_storage()
-    if not storage.is_local:
-        raise EngineError("workers need a local artifact store (KEEL_STORAGE_URL)", code="storage_not_local")
-    root = storage.local_path(f"jobs/{job_id}")
-    return str(root / "output"), str(root / "checkpoints")
+    return storage.location(f"jobs/{job_id}/output"), storage.location(f"jobs/{job_id}/checkpoints")
 
 
 def allowed_model_roots() -> tuple[str, ...]:
-    """The deployment's model roots plus Keel's own job outputs."""
-    jobs_root = Path(get_storage().local_path("jobs")).resolve()
-    return (*settings.model_roots, str(jobs_root))
+    """The deployment's model roots plus Keel's own job outputs (when they are local directories;
+    remote outputs are only ever named by model id)."""
+    storage = get_storage()
+    if not storage.is_local:
+        return tuple(settings.model_roots)
+    return (*settings.model_roots, str(Path(storage.local_path("jobs")).resolve()))
 
 
 def resolve_request(db: Session, job: Job) -> JobRequest:
@@ -65,7 +65,7 @@ def resolve_request(db: Session, job: Job) -> JobRequest:
     output_dir, checkpoint_dir = job_dirs(job.id)
     roots = allowed_model_roots()
     reward: dict[str, Any] = {}
-    if method == "ppo":
+    if method in ("ppo", "eval"):
         reward_spec = method_spec.get("reward") or {}
         if reward_spec.get("model"):
             reward = {"model_path": resolve_model(db, job.project_id, reward_spec["model"], roots,
@@ -73,6 +73,7 @@ def resolve_request(db: Session, job: Job) -> JobRequest:
         else:
             reward = {"function": reward_spec.get("function"), "options": dict(reward_spec.get("options") or {})}
     teacher = method_spec.get("teacher")
+    compare_to = method_spec.get("compare_to")
     return JobRequest(
         job_id=job.id,
         method=method,
@@ -88,14 +89,19 @@ def resolve_request(db: Session, job: Job) -> JobRequest:
         or from_checkpoint(db, job.project_id, spec.get("from_checkpoint")),
         teacher_path=resolve_model(db, job.project_id, teacher, roots, "method.teacher") if teacher else None,
         reward=reward,
+        compare_to_path=(resolve_model(db, job.project_id, compare_to, roots, "method.compare_to")
+                         if compare_to else None),
         resources=resources(spec.get("resources")),
         allowed_model_roots=roots,
         ray_address=settings.RAY_ADDRESS or None,
+        storage_options=dict(settings.STORAGE_OPTIONS),
+        artifact_cache_dir=settings.ARTIFACT_CACHE_DIR or None,
     )
 
 
 def resolve_model(db: Session, project_id: str, ref: str, roots: tuple[str, ...], param: str) -> str:
-    """A Keel model id -> its directory; an absolute path -> itself if under `roots`; else a hub id."""
+    """A Keel model id -> its recorded location; an absolute path -> itself if under `roots`; else a
+    hub id."""
     if ref.startswith("model-"):
         model = db.get(Model, ref)
         if model is None or model.project_id != project_id:
@@ -115,10 +121,10 @@ def file_path(db: Session, project_id: str, file_id: str, param: str) -> str:
     file = db.get(File, file_id)
     if file is None or file.project_id != project_id or file.deleted_at is not None:
         raise MissingReference(f"{param}: file {file_id} no longer exists", param=param)
-    path = get_storage().local_path(file.storage_key)
-    if not path.is_file():
+    storage = get_storage()
+    if not storage.exists(file.storage_key):
         raise MissingReference(f"{param}: the bytes of file {file_id} are missing", param=param)
-    return str(path)
+    return storage.location(file.storage_key)
 
 
 def own_checkpoint(db: Session, job: Job, checkpoint_dir: str) -> str | None:
@@ -135,7 +141,7 @@ def own_checkpoint(db: Session, job: Job, checkpoint_dir: str) -> str | None:
     recorded = db.scalars(select(Checkpoint.path).where(Checkpoint.job_id == job.id)
                           .order_by(Checkpoint.step.desc())).all()
     for path in recorded:
-        if os.path.isfile(os.path.join(path, COMPLETE_MARKER)):
+        if _is_complete(path):
             return path
     return latest_complete_checkpoint(checkpoint_dir, max_step=logged_step(job))
 
@@ -147,15 +153,26 @@ def logged_step(job: Job) -> int | None:
 
 
 def latest_complete_checkpoint(root: str, max_step: int | None = None) -> str | None:
-    """The newest `step_<N>` directory under `root` holding the completion marker (with N <= `max_step`
-    when given), or None."""
-    if not os.path.isdir(root):
+    """The newest `step_<N>` directory under `root` (a path or a URL) holding the completion marker
+    (with N <= `max_step` when given), or None."""
+    if is_url(root):
+        candidates = [(int(m.group(1)), path) for name, path in get_storage().subdirs(root)
+                      if (m := _STEP_DIR.match(name))]
+    elif os.path.isdir(root):
+        candidates = [(int(m.group(1)), entry.path) for entry in os.scandir(root)
+                      if (m := _STEP_DIR.match(entry.name)) and entry.is_dir()]
+    else:
         return None
-    steps = [(int(m.group(1)), entry.path) for entry in os.scandir(root)
-             if (m := _STEP_DIR.match(entry.name)) and entry.is_dir()
-             and os.path.isfile(os.path.join(entry.path, COMPLETE_MARKER))]
-    steps = [(step, path) for step, path in steps if max_step is None or step <= max_step]
-    return max(steps)[1] if steps else None
+    for step, path in sorted(candidates, reverse=True):  # newest first: usually one marker check
+        if (max_step is None or step <= max_step) and _is_complete(path):
+            return path
+    return None
+
+
+def _is_complete(path: str) -> bool:
+    if is_url(path):
+        return get_storage().is_complete(path)
+    return os.path.isfile(os.path.join(path, COMPLETE_MARKER))
 
 
 def from_checkpoint(db: Session, project_id: str, checkpoint_id: str | None) -> str | None:
@@ -165,7 +182,7 @@ def from_checkpoint(db: Session, project_id: str, checkpoint_id: str | None) -> 
     if ckpt is None or ckpt.project_id != project_id:
         raise MissingReference(f"from_checkpoint: checkpoint {checkpoint_id} no longer exists",
                               param="from_checkpoint")
-    if not os.path.isfile(os.path.join(ckpt.path, COMPLETE_MARKER)):
+    if not _is_complete(ckpt.path):
         raise MissingReference(f"from_checkpoint: the files of checkpoint {checkpoint_id} are missing",
                               param="from_checkpoint")
     return ckpt.path

@@ -5,9 +5,11 @@ doing anything (a redelivered or duplicated message is a no-op), claims it (`que
 attempt + 1), resolves the request, runs it on Ray while a thread heartbeats, and records the
 outcome with conditional updates fenced by the attempt number.
 
-A job whose project is at its running limit, or that arrives while Ray is unreachable, stays queued
-with `dispatched_at` null and the task returns at once: the worker is never blocked, no attempt is
-spent, and the sweeper sends the job again (when the project has a free slot).
+A job whose project is at its running limit, that the cluster cannot place right now
+(`queue_reason` `waiting_for_resources`, `workers.capacity`), or that arrives while Ray is
+unreachable, stays queued with `dispatched_at` null and the task returns at once: the worker is
+never blocked, no attempt is spent, and the sweeper sends the job again (when the project has a
+free slot and the cluster room). A job bigger than the whole cluster fails without an attempt.
 
 The worker's main process also runs the sweeper (`workers.sweeper`) in a thread, from
 `worker_ready` to `worker_shutdown`.
@@ -15,30 +17,38 @@ The worker's main process also runs the sweeper (`workers.sweeper`) in a thread,
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
 import threading
 import uuid
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 
 from celery.signals import worker_process_init, worker_ready, worker_shutdown
 from sqlalchemy import func, select, update
 
+from core import logging as logcontext
+from core.clock import db_now, db_now_sql
 from core.config import settings
 from core.db import get_engine, session_factory
 from core.events import append_event, publish
 from core.ids import new_id
-from core.models import Job, Model, Project, utcnow
+from core.models import File, Job, Model, Project, utcnow
 from engine import jobs
 from engine.cluster import connect
 from engine.config import JobResult
 from engine.errors import Cancelled, EngineError
+from workers import metrics as worker_metrics
+from workers.capacity import claim_check, start_publisher
 from workers.celery_app import celery_app
 from workers.dispatch import RUN_JOB_TASK, request_cancel
+from workers.failures import generic_message, log_details, public_error
 from workers.reporter import ACTIVE, TERMINAL, DBReporter, Heartbeat, json_safe, retry_db, transition
 from workers.resolve import resolve_request
+from workers.results import register_files, result_files
 from workers.sweeper import Sweeper, requeue_or_fail
 
 log = logging.getLogger(__name__)
@@ -56,12 +66,22 @@ class Claim:
 @celery_app.task(name=RUN_JOB_TASK, ignore_result=True)
 def run_job(job_id: str) -> str:
     """Run one queued job to a terminal state; returns what happened (for the worker's log)."""
+    with logcontext.context(job_id=job_id):  # every log line of the run carries the job id
+        return _run_job(job_id)
+
+
+def _run_job(job_id: str) -> str:
     try:
         connect(settings.RAY_ADDRESS or None, num_cpus=settings.RAY_NUM_CPUS)  # once per process
     except Exception as exc:  # noqa: BLE001 - an outage is not the job's fault: it waits, no attempt spent
         log.warning("job %s left queued: cannot reach the Ray cluster: %s", job_id, exc)
         _undispatch(job_id)
         return "deferred: the Ray cluster is unreachable"
+    start_publisher()
+    waiting = admit(job_id)
+    if waiting is not None:
+        log.info("job %s: %s", job_id, waiting)
+        return waiting
     claim = claim_job(job_id)
     if isinstance(claim, str):
         log.info("job %s: %s", job_id, claim)
@@ -69,6 +89,34 @@ def run_job(job_id: str) -> str:
     outcome = execute(claim)
     log.info("job %s attempt %d: %s", job_id, claim.attempt, outcome)
     return outcome
+
+
+def admit(job_id: str) -> str | None:
+    """Check a queued job against the cluster before claiming it: one that cannot be placed now stays
+    queued (`waiting_for_resources`, no attempt spent; the sweeper sends it again when there is
+    room), one bigger than the whole cluster fails. None: go ahead."""
+    with session_factory()() as db:
+        row = db.execute(select(Job.status, Job.spec).where(Job.id == job_id)).one_or_none()
+    if row is None or row.status != "queued":
+        return None  # the claim says why not
+    verdict = claim_check(job_id, row.spec or {})
+    if verdict.status == "wait":
+        def txn() -> None:
+            with session_factory()() as db:
+                db.execute(update(Job).where(Job.id == job_id, Job.status == "queued")
+                           .values(dispatched_at=None, queue_reason=verdict.code)
+                           .execution_options(synchronize_session=False))
+                db.commit()
+
+        retry_db(txn, what=f"defer job {job_id}")
+        return f"deferred: {verdict.message}"
+    if verdict.status == "refuse":
+        error = {"code": verdict.code, "message": verdict.message, "param": verdict.param}
+        done = transition(job_id, "failed", expect=("queued",), values={"finished_at": utcnow(), "error": error,
+                                                                        "queue_reason": None},
+                          before=[("job.error", error)], after=[("job.done", {"status": "failed"})])
+        return f"failed: {verdict.code}" if done else None
+    return None
 
 
 def claim_job(job_id: str) -> Claim | str:
@@ -97,10 +145,11 @@ def claim_job(job_id: str) -> Claim | str:
                 db.rollback()
                 _undispatch(job_id)
                 return "deferred: the project is at its running-job limit"
-            now = utcnow()
+            now = db_now_sql()  # liveness is judged on the database's clock
             attempt = db.scalar(update(Job).where(Job.id == job_id, Job.status == "queued")
                                 .values(status="running", attempts=Job.attempts + 1, worker_id=token,
-                                        heartbeat_at=now, started_at=func.coalesce(Job.started_at, now))
+                                        heartbeat_at=now, started_at=func.coalesce(Job.started_at, now),
+                                        controller_heartbeat_at=None, queue_reason=None)
                                 .returning(Job.attempts).execution_options(synchronize_session=False))
             if attempt is None:
                 db.rollback()
@@ -133,57 +182,61 @@ def execute(claim: Claim) -> str:
     """Run a claimed attempt and record how it ended."""
     job_id = claim.job_id
     lost = threading.Event()
-    reporter = DBReporter(job_id, settings.database_url, redis_url=settings.REDIS_URL, attempt=claim.attempt)
+    reporter = DBReporter(job_id, settings.database_url, redis_url=settings.REDIS_URL, attempt=claim.attempt,
+                          storage_options=settings.STORAGE_OPTIONS, heartbeat_s=settings.WORKER_HEARTBEAT_S)
     reporter.bind_stop_event(lost)
-    with Heartbeat(job_id, claim.attempt, settings.WORKER_HEARTBEAT_S, on_lost=lost.set):
+    with Heartbeat(job_id, claim.attempt, settings.WORKER_HEARTBEAT_S, on_lost=lost.set,
+                   controller_timeout_s=settings.WORKER_HEARTBEAT_TIMEOUT_S):
         try:
             with session_factory()() as db:
                 job = db.get(Job, job_id)
                 request = resolve_request(db, job)
+                if job.started_at is not None:  # trainer.max_duration_s counts earlier attempts (database clock)
+                    used = (db_now(db) - job.started_at.replace(tzinfo=job.started_at.tzinfo or UTC)).total_seconds()
+                    request = dataclasses.replace(request, time_used_s=max(0.0, used))
                 model_name = output_model_name(db, job)
             result = jobs.run_job(request, reporter)
+            files = result_files(job, result)
         except Cancelled:
             return finish_cancelled(claim)
         except EngineError as err:
-            if err.code == "worker_lost":
-                return requeue_or_fail(job_id, claim.attempt, err.message) or "lost the job"
+            if err.code == "worker_lost":  # its message may name hosts: tenants get a generic one
+                message = generic_message("worker_lost", log_details(job_id, err.code, err))
+                return requeue_or_fail(job_id, claim.attempt, message) or "lost the job"
             return finish_failed(claim, err)
-        except Exception as exc:
-            log.exception("job %s failed with an internal error", job_id)
-            return finish_failed(claim, EngineError(f"internal error: {exc.__class__.__name__}: {exc}",
-                                                    code="internal_error"))
-    return finish_succeeded(claim, job, model_name, result)
+        except Exception as exc:  # noqa: BLE001 - recorded as internal_error; details only in the log
+            return finish_failed(claim, exc)
+    return finish_succeeded(claim, job, model_name, result, files)
 
 
 def _fence(claim: Claim) -> list:
     return [Job.attempts == claim.attempt, Job.worker_id == claim.worker_id]
 
 
-def finish_succeeded(claim: Claim, job: Job, name: str, result: JobResult) -> str:
-    model_id = new_id("model")
+def finish_succeeded(claim: Claim, job: Job, name: str, result: JobResult, files: list[File] | None = None) -> str:
+    model_id = new_id("model") if result.model_kind is not None else None  # eval jobs train no model
 
     def register(db) -> None:
-        db.add(Model(id=model_id, project_id=job.project_id, job_id=job.id, name=name, kind=result.model_kind,
-                     format=result.model_format, base_model=job.model, path=result.output_dir))
+        if model_id is not None:
+            db.add(Model(id=model_id, project_id=job.project_id, job_id=job.id, name=name, kind=result.model_kind,
+                         format=result.model_format, base_model=job.model, path=result.output_dir))
+        if files:
+            register_files(db, job.id, files)
 
     values = {"finished_at": utcnow(), "output_model_id": model_id, "error": None}
     if result.metrics:
         values["latest_metrics"] = json_safe(dict(result.metrics))
     done = transition(claim.job_id, "succeeded", expect=ACTIVE, where=_fence(claim), values=values, then=register,
                       after=[("job.done", {"status": "succeeded"})])
-    return f"succeeded: {model_id}" if done else "finished, but the job had moved on"
+    return f"succeeded: {model_id or 'no output model'}" if done else "finished, but the job had moved on"
 
 
-def finish_failed(claim: Claim, err: EngineError) -> str:
-    error = {"code": err.code, "message": err.message}
-    if err.param:
-        error["param"] = err.param
-    if not err.user_error:
-        log.error("job %s: system error %s: %s", claim.job_id, err.code, err.message)
+def finish_failed(claim: Claim, err: BaseException) -> str:
+    error = public_error(claim.job_id, err)  # a system error is logged there, under its error id
     done = transition(claim.job_id, "failed", expect=ACTIVE, where=_fence(claim),
                       values={"finished_at": utcnow(), "error": error}, before=[("job.error", error)],
                       after=[("job.done", {"status": "failed"})])
-    return f"failed: {err.code}" if done else "failed, but the job had moved on"
+    return f"failed: {error['code']}" if done else "failed, but the job had moved on"
 
 
 def finish_cancelled(claim: Claim) -> str:
@@ -219,9 +272,11 @@ def _start_sweeper(**_: object) -> None:
     global _sweeper
     _sweeper = Sweeper()
     _sweeper.start()
+    worker_metrics.start()  # KEEL_WORKER_METRICS_PORT: this main process serves the pool's metrics
 
 
 @worker_shutdown.connect
 def _stop_sweeper(**_: object) -> None:
     if _sweeper is not None:
         _sweeper.stop()
+    worker_metrics.stop()

@@ -21,7 +21,7 @@ from api.pagination import AfterQuery, LimitQuery, page_of, paginate
 from api.routes.jobs import OwnedJob
 from api.schemas.jobs import CheckpointPublic, CheckpointsPublic
 from core.models import Checkpoint
-from core.storage import get_storage
+from core.storage import Storage, get_storage, is_url
 
 router = APIRouter(tags=["checkpoints"])
 
@@ -62,17 +62,49 @@ def _directory(ckpt: Checkpoint) -> Path:
     return Path(ckpt.path) if os.path.isabs(ckpt.path) else get_storage().local_path(ckpt.path)
 
 
+def _remote(ckpt: Checkpoint) -> bool:
+    """A checkpoint recorded by URL, or by key in a remote store (streamed through fsspec)."""
+    return is_url(ckpt.path) or (not os.path.isabs(ckpt.path) and not get_storage().is_local)
+
+
+def store_tar_stream(storage: Storage, location: str, arcroot: str) -> Iterator[bytes]:
+    """`tar_stream` of a directory in a remote store: its files as listed now, read in `CHUNK`s."""
+    files = storage.tree(location)
+    parts = [rel.split("/") for rel, _, _ in files]
+    dirs = sorted({"/".join(p[:i]) for p in parts for i in range(1, len(p))})  # every ancestor, parents first
+    newest = max((mtime for _, _, mtime in files), default=0.0)
+    yield _header(arcroot, newest, 0o755, 0, directory=True)
+    for rel in dirs:
+        yield _header(f"{arcroot}/{rel}", newest, 0o755, 0, directory=True)
+    base = location.rstrip("/")
+    for rel, size, mtime in files:
+        yield _header(f"{arcroot}/{rel}", mtime, 0o644, size)
+        with storage.open_location(f"{base}/{rel}") as f:
+            left = size
+            while left > 0:  # exactly the size in the header, even if the object changes meanwhile
+                chunk = f.read(min(CHUNK, left)) or b"\0" * min(CHUNK, left)
+                left -= len(chunk)
+                yield chunk
+        if size % tarfile.BLOCKSIZE:
+            yield b"\0" * (tarfile.BLOCKSIZE - size % tarfile.BLOCKSIZE)
+    yield b"\0" * (2 * tarfile.BLOCKSIZE)
+
+
+def _header(name: str, mtime: float, mode: int, size: int, *, directory: bool = False) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.mtime, info.mode = int(mtime), mode
+    if directory:
+        info.type, info.size = tarfile.DIRTYPE, 0
+    else:
+        info.size = size
+    return info.tobuf(format=tarfile.PAX_FORMAT)
+
+
 def tar_stream(root: Path, arcroot: str) -> Iterator[bytes]:
     """A ustar/PAX archive of `root` generated piece by piece (tarfile's stream format, written by hand so
     no file is ever held in memory whole). Regular files and directories only; symlinks are skipped."""
     def header(name: str, st: os.stat_result) -> bytes:
-        info = tarfile.TarInfo(name)
-        info.mtime, info.mode = int(st.st_mtime), stat.S_IMODE(st.st_mode)
-        if stat.S_ISDIR(st.st_mode):
-            info.type, info.size = tarfile.DIRTYPE, 0
-        else:
-            info.size = st.st_size
-        return info.tobuf(format=tarfile.PAX_FORMAT)
+        return _header(name, st.st_mtime, stat.S_IMODE(st.st_mode), st.st_size, directory=stat.S_ISDIR(st.st_mode))
 
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
@@ -105,9 +137,19 @@ def tar_stream(root: Path, arcroot: str) -> Iterator[bytes]:
                        **problem_responses(401, 404, 429)})
 def download_checkpoint_content(ckpt: OwnedCheckpoint):
     """The checkpoint directory as a tar archive, streamed."""
-    root = _directory(ckpt)
-    if not root.is_dir():
-        raise ApiError(404, "checkpoint_unavailable", f"The files of checkpoint {ckpt.id} are no longer available.",
-                       param="checkpoint_id")
-    return StreamingResponse(tar_stream(root, ckpt.id), media_type="application/x-tar",
+    # A sync handler, and a sync generator Starlette iterates in a thread: the store's blocking
+    # calls never run on the event loop.
+    gone = ApiError(404, "checkpoint_unavailable", f"The files of checkpoint {ckpt.id} are no longer available.",
+                    param="checkpoint_id")
+    if _remote(ckpt):
+        storage = get_storage()
+        if not storage.is_complete(ckpt.path):
+            raise gone
+        stream = store_tar_stream(storage, ckpt.path, ckpt.id)
+    else:
+        root = _directory(ckpt)
+        if not root.is_dir():
+            raise gone
+        stream = tar_stream(root, ckpt.id)
+    return StreamingResponse(stream, media_type="application/x-tar",
                              headers={"Content-Disposition": f'attachment; filename="{ckpt.id}.tar"'})

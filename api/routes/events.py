@@ -7,17 +7,20 @@ import math
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
+from anyio import to_thread
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy import select
 
-from api import streams
+from api import ratelimit, streams
 from api.deps import SessionDep, bearer, check_project
 from api.errors import ApiError, not_found, problem_responses
 from api.routes.jobs import OwnedJob
 from api.schemas.jobs import JobEventsPublic, JobMetricsPublic
+from core import logging as logcontext
+from core.config import settings
 from core.db import session_factory
 from core.events import event_payload, read_events
 from core.models import Job, JobEvent
@@ -104,6 +107,7 @@ def streamed_job_id(request: Request, job_id: Annotated[str, PathParam(max_lengt
         owner = db.scalar(select(Job.project_id).where(Job.id == job_id))
     if owner != project.id:
         raise not_found("job", job_id, param="job_id")
+    logcontext.annotate(job_id=job_id)
     return job_id
 
 
@@ -151,8 +155,16 @@ async def _sse(job_id: str, after: int) -> AsyncIterator[bytes]:
                                             "event as JSON (JobEventPublic).",
                              "content": {"text/event-stream": {"itemSchema": _SSE_ITEM}}},
                        **problem_responses(401, 404, 422, 429)})
-async def stream_job_events(job_id: Annotated[str, Depends(streamed_job_id)],
+async def stream_job_events(request: Request, job_id: Annotated[str, Depends(streamed_job_id)],
                             after: Annotated[int, Depends(resume_after)]) -> StreamingResponse:
-    """The job's events replayed after the cursor, then live; ends after `job.done`."""
-    return StreamingResponse(_sse(job_id, after), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    """The job's events replayed after the cursor, then live; ends after `job.done`. One API key holds
+    at most the deployment's `KEEL_MAX_STREAMS_PER_KEY` streams at once (a 429 `too_many_streams` beyond)."""
+    # The slot is taken here, after every check that could still refuse the request (nothing to give back).
+    cap = settings.MAX_STREAMS_PER_KEY
+    lease = await to_thread.run_sync(ratelimit.stream_slots.acquire, request.state.caller.key_id, cap)
+    if lease is None:
+        raise ApiError(429, "too_many_streams", f"This API key already has {cap} event streams open "
+                       "(the deployment's KEEL_MAX_STREAMS_PER_KEY); close one first.", headers={"Retry-After": "5"})
+    return ratelimit.LeasedStream(_sse(job_id, after), media_type="text/event-stream",
+                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                                  slots=ratelimit.stream_slots, lease=lease)

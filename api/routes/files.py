@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Annotated, BinaryIO
 from urllib.parse import quote
 
+import anyio
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from python_multipart.exceptions import MultipartParseError
@@ -33,7 +34,7 @@ from api.errors import ApiError, not_found, problem_responses
 from api.pagination import AfterQuery, LimitQuery, page_of, paginate
 from api.schemas.files import UPLOAD_BODY, FileDeleted, FilePreview, FilePublic, FilePurpose, FilesPublic
 from core.config import settings
-from core.datasets import PURPOSES, DatasetError, DatasetInfo, inspect_dataset, preview_rows
+from core.datasets import OUTPUT_PURPOSES, PURPOSES, DatasetError, DatasetInfo, inspect_dataset, preview_rows
 from core.ids import new_id
 from core.models import File, Job, utcnow
 from core.storage import Storage, get_storage
@@ -80,18 +81,24 @@ async def upload_file(request: Request, response: Response, db: SessionDep,
     storage = get_storage()
     file_id = new_id("file")
     key = f"files/{project_id}/{file_id}"
+    # Every call that touches the store runs in a thread (a remote store blocks on the network).
+    pending = await run_in_threadpool(storage.begin_write, key)
     try:
-        with storage.writer(key) as f:
-            upload = await receive_upload(request, f)
-            existing = await run_in_threadpool(_live_file, db, project_id, upload.purpose, upload.sha256)
-            if existing is not None:
-                raise _Duplicate(existing)
-            if storage.is_local:  # check the partial in place: only checked bytes get the real name
-                f.flush()
-                info = await run_in_threadpool(_inspect, f.path, upload.purpose)
+        upload = await receive_upload(request, pending.file)
+        existing = await run_in_threadpool(_live_file, db, project_id, upload.purpose, upload.sha256)
+        if existing is not None:
+            raise _Duplicate(existing)
+        if storage.is_local:  # check the partial in place: only checked bytes get the real name
+            await run_in_threadpool(pending.file.flush)
+            info = await run_in_threadpool(_inspect, pending.path, upload.purpose)
+        await run_in_threadpool(pending.commit)
     except _Duplicate as dup:
+        await _shielded(pending.abort)
         response.status_code = 200
         return FilePublic.of(dup.row)
+    except BaseException:
+        await _shielded(pending.abort)
+        raise
     try:
         if not storage.is_local:  # a remote object is readable only once closed: check it now
             info = await run_in_threadpool(_inspect_stored, storage, key, upload.purpose)
@@ -101,10 +108,10 @@ async def upload_file(request: Request, response: Response, db: SessionDep,
                    meta=upload.metadata)
         existing = await run_in_threadpool(_insert, db, row)
     except BaseException:
-        storage.delete(key)
+        await _shielded(storage.delete, key)
         raise
     if existing is not None:  # lost a race with an identical upload: keep the winner
-        storage.delete(key)
+        await run_in_threadpool(storage.delete, key)
         response.status_code = 200
         return FilePublic.of(existing)
     return FilePublic.of(row)
@@ -174,6 +181,12 @@ def delete_file(file: OwnedFile, db: SessionDep) -> FileDeleted:
 
 
 # --- upload helpers ------------------------------------------------------------------------------
+
+async def _shielded(fn, *args) -> None:
+    """Clean-up in a thread that a cancelled request (a client gone mid-upload) still completes."""
+    with anyio.CancelScope(shield=True):
+        await run_in_threadpool(fn, *args)
+
 
 class _Duplicate(Exception):
     def __init__(self, row: File) -> None:
@@ -333,6 +346,9 @@ class _FormReader:
         except UnicodeDecodeError as e:
             raise ApiError(422, "invalid_request", f"{self._name}: not UTF-8 text.", param=self._name) from e
         if self._name == "purpose":
+            if text in OUTPUT_PURPOSES:
+                raise ApiError(422, "invalid_request", f"purpose: {text!r} files are written by Keel's jobs; "
+                               f"upload one of {', '.join(PURPOSES)}.", param="purpose")
             if text not in PURPOSES:
                 raise ApiError(422, "invalid_request", f"purpose: must be one of {', '.join(PURPOSES)}; "
                                f"got {text[:40]!r}.", param="purpose")

@@ -21,13 +21,15 @@ from fastapi import Path as PathParam
 from sqlalchemy import func, select, tuple_, update
 from sqlalchemy.orm import Session, aliased
 
-from api.deps import CurrentProject, SessionDep
+from api import memory_plan
+from api.deps import CurrentCaller, CurrentProject, SessionDep
 from api.errors import ApiError, not_found, problem_responses
 from api.idempotency import IdempotencyDep
 from api.pagination import AfterQuery, LimitQuery, page_of, paginate
 from api.schemas.jobs import (
     FILE_PURPOSE,
     TERMINAL_STATUSES,
+    EvalMethod,
     JobCreate,
     JobPublic,
     JobsPublic,
@@ -35,7 +37,10 @@ from api.schemas.jobs import (
     PPOMethod,
     RMDistillMethod,
 )
+from api.schemas.memory_plan import MemoryPlan
 from core import events
+from core import logging as logcontext
+from core.capacity import admission, fresh_nodes, job_demand
 from core.config import settings
 from core.models import Checkpoint, File, Job, Model
 from workers import dispatch
@@ -52,6 +57,7 @@ def owned_job(job_id: Annotated[str, PathParam(max_length=64)], project: Current
     job = db.get(Job, job_id)
     if job is None or job.project_id != project.id:
         raise not_found("job", job_id, param="job_id")
+    logcontext.annotate(job_id=job.id)
     return job
 
 
@@ -147,7 +153,7 @@ def _check_context(db: Session, body: JobCreate) -> None:
     if window is None:
         return
     data, prefix = body.method.hyperparameters.data, "method.hyperparameters.data."
-    if body.method.type in ("reward_model", "rm_distill") and data.max_length is not None:
+    if body.method.type in ("reward_model", "rm_distill", "dpo") and data.max_length is not None:
         total, param = data.max_length, prefix + "max_length"
     else:
         total, param = data.max_prompt_length + data.max_response_length, prefix + "max_response_length"
@@ -167,15 +173,30 @@ def _resolve(db: Session, project_id: str, body: JobCreate) -> dict[str, Any]:
         _training_file(db, project_id, body.validation_file, method.type, "validation_file")
     if isinstance(method, RMDistillMethod):
         method.teacher = _model_ref(db, project_id, method.teacher, "method.teacher", reward=True)
-    if isinstance(method, PPOMethod) and method.reward.model is not None:
+    if isinstance(method, PPOMethod | EvalMethod) and method.reward.model is not None:
         method.reward.model = _model_ref(db, project_id, method.reward.model, "method.reward.model", reward=True)
-    adapter = method.hyperparameters.model.lora_adapter_path
+    if isinstance(method, EvalMethod):
+        _check_eval(db, project_id, body, method)
+    adapter = getattr(method.hyperparameters.model, "lora_adapter_path", None)  # eval has no adapters
     if adapter is not None:
         method.hyperparameters.model.lora_adapter_path = _model_dir(
             adapter, "method.hyperparameters.model.lora_adapter_path")
     if body.from_checkpoint is not None:
         _checkpoint(db, project_id, body.from_checkpoint, method.type)
     return body.model_dump(mode="json")
+
+
+def _check_eval(db: Session, project_id: str, body: JobCreate, method: EvalMethod) -> None:
+    """An evaluation reads one prompts file, and `compare_to` must be a model that generates."""
+    if body.validation_file is not None:
+        raise ApiError(422, "invalid_request", "validation_file: an eval job evaluates on training_file only; "
+                       "leave validation_file out.", param="validation_file")
+    if method.compare_to is not None:
+        method.compare_to = _model_ref(db, project_id, method.compare_to, "method.compare_to")
+        model = db.get(Model, method.compare_to) if method.compare_to.startswith("model-") else None
+        if model is not None and model.kind != "policy":
+            raise ApiError(422, "invalid_model", f"method.compare_to: {model.id} is a {model.kind}, not a policy.",
+                           param="method.compare_to")
 
 
 # -- the public shape ------------------------------------------------------------------------------
@@ -209,7 +230,8 @@ def _error(error: Any) -> dict[str, Any] | None:
     if not error or not isinstance(error, dict):
         return None
     return {"code": str(error.get("code") or "error"), "message": str(error.get("message") or ""),
-            "param": error.get("param") if isinstance(error.get("param"), str) else None}
+            "param": error.get("param") if isinstance(error.get("param"), str) else None,
+            "error_id": error.get("error_id") if isinstance(error.get("error_id"), str) else None}
 
 
 _AHEAD = aliased(Job, name="ahead")
@@ -239,12 +261,14 @@ def job_public(job: Job, queue_position: int | None = None) -> JobPublic:
     spec = job.spec or {}
     return JobPublic(
         id=job.id, status=job.status, method=spec["method"], model=job.model, output_model=job.output_model_id,
+        result_files=job.result_files or [],
         training_file=job.training_file_id, validation_file=job.validation_file_id, seed=job.seed,
         suffix=spec.get("suffix"), resources=spec.get("resources") or {}, from_checkpoint=spec.get("from_checkpoint"),
         created_at=_unix(job.created_at), started_at=_unix(job.started_at), finished_at=_unix(job.finished_at),
         progress=_progress(job), queue_position=queue_position if job.status == "queued" else None,
         latest_metrics=_numbers(job.latest_metrics), error=_error(job.error), metadata=job.meta or {},
-        attempts=job.attempts)
+        attempts=job.attempts, placement=job.placement, created_by=job.created_by,
+        queue_reason=job.queue_reason if job.status == "queued" else None)
 
 
 def _public_one(db: Session, job: Job) -> JobPublic:
@@ -261,22 +285,42 @@ def _best_effort(name: str, job_id: str) -> None:
 
 # -- routes ----------------------------------------------------------------------------------------
 
+_DRY_RUN = Query(description=(
+    "Validate the job and return its memory plan (200, `MemoryPlan`: estimated bytes per worker) without "
+    "creating, queueing or remembering anything."))
+
+
 @router.post("", status_code=201, summary="Create a job", response_model=JobPublic,
-             responses=problem_responses(401, 404, 422, 429))
-def create_job(body: JobCreate, project: CurrentProject, db: SessionDep, idem: IdempotencyDep):
-    """Validate a training job, queue it, and return it."""
-    if (replay := idem.replay(db, project.id)) is not None:
+             responses={200: {"model": MemoryPlan, "description": "`dry_run=true`: the memory plan; nothing "
+                              "was created"}, **problem_responses(401, 404, 422, 429)})
+def create_job(body: JobCreate, project: CurrentProject, caller: CurrentCaller, db: SessionDep, idem: IdempotencyDep,
+               dry_run: Annotated[bool, _DRY_RUN] = False):
+    """Validate a training job, queue it, and return it. A job whose memory plan cannot fit its devices
+    is a 422 `will_not_fit`; `dry_run=true` returns the plan instead."""
+    if not dry_run and (replay := idem.replay(db, project.id)) is not None:
         return replay
     spec = _resolve(db, project.id, body)
+    verdict = admission(job_demand(spec), fresh_nodes(db), max_cpus=settings.MAX_JOB_CPUS,
+                        max_gpus=settings.MAX_JOB_GPUS)
+    if verdict.status == "refuse":
+        raise ApiError(422, verdict.code, f"{verdict.param}: {verdict.message}.", param=verdict.param)
+    plan = memory_plan.job_plan(db, spec)
+    if dry_run:
+        return memory_plan.dry_run_response(plan)
+    memory_plan.refuse_unfit(plan)
+    waiting = verdict.status == "wait"  # the sweeper sends it when the cluster has room
     job = Job(project_id=project.id, status="queued", method=body.method.type, spec=spec, model=body.model,
               training_file_id=body.training_file, validation_file_id=body.validation_file, seed=body.seed,
-              meta=body.metadata)
+              meta=body.metadata, queue_reason=verdict.code if waiting else None, created_by=caller.key_id)
     db.add(job)
     db.flush()
+    logcontext.annotate(job_id=job.id)
+    log.info("job created: %s", body.method.type)
     public = _public_one(db, job)
     if (replay := idem.commit(db, project.id, 201, public.model_dump(mode="json"))) is not None:
         return replay
-    _best_effort("enqueue_job", job.id)
+    if not waiting:
+        _best_effort("enqueue_job", job.id)
     return public
 
 

@@ -9,7 +9,8 @@ from pydantic import BaseModel, Field
 from api.pagination import Page
 from core.models import File
 
-FilePurpose = Literal["preference", "prompts", "sft"]
+FilePurpose = Literal["preference", "prompts", "sft", "eval_results"]
+"""`eval_results` files are written by eval jobs (`JobPublic.result_files`); they cannot be uploaded."""
 
 
 class ColumnStats(BaseModel):
@@ -26,7 +27,8 @@ class ColumnStats(BaseModel):
 
 
 class FilePublic(BaseModel):
-    """An uploaded dataset. Files are checked on upload: a stored file is always `processed`."""
+    """An uploaded dataset, or a job's results (purpose `eval_results`). Uploads are checked: a stored
+    file is always `processed`."""
 
     id: str = Field(examples=["file-01jd6x4m0a9kq3v5w7y8z2b4c6"])
     object: Literal["file"] = "file"

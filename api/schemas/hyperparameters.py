@@ -32,8 +32,10 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 MAX_SIZE = 10**6
 """Upper bound for batch sizes, sequence lengths and token budgets: anything larger is a typo."""
 MAX_STEPS = 10**8
+MAX_SECONDS = 365 * 86400.0
+"""Upper bound for durations: a year."""
 
-Dtype = Literal["float32", "bfloat16"]
+Dtype = Literal["float32", "bfloat16", "float16"]
 Truncation = Literal["error", "left", "right"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLType = Literal["kl", "abs", "mse", "low_var_kl"]
@@ -91,15 +93,41 @@ def errors_at(title: str, *problems: tuple[tuple[str | int, ...], Any, str]) -> 
         for loc, value, message in problems])
 
 
+Strategy = Literal["ddp", "fsdp2"]
+
+
+class FSDPConfig(Strict):
+    """FSDP2 options (VERL: `fsdp_config`); they apply with `strategy: fsdp2` only."""
+
+    param_offload: bool = False
+    """Keep the sharded parameters and gradients in host memory (FSDP2 `CPUOffloadPolicy`); the
+    optimizer step then runs on the CPU."""
+    optimizer_offload: bool = False
+    """Keep the optimizer state in host memory between steps (moved to the device for the step)."""
+
+
+def _offload_needs_fsdp2(config: Any) -> None:
+    """Offload knobs under `ddp` would do nothing: refuse them (as the engine does)."""
+    if config.strategy == "ddp":
+        for name in ("param_offload", "optimizer_offload"):
+            if getattr(config.fsdp_config, name):
+                raise errors_at(type(config).__name__, (("fsdp_config", name), True,
+                                                        f"fsdp_config.{name} needs strategy fsdp2"))
+
+
 class ModelConfig(Strict):
     """How the trained model is loaded (VERL: `actor_rollout_ref.model`)."""
 
     dtype: Dtype = "float32"
-    """Parameter dtype; `bfloat16` halves memory, `float32` is exact on CPU."""
+    """Compute dtype (autocast). Trained weights and optimizer state stay float32 (master copy);
+    frozen models (reference, reward, teacher) and a LoRA base are held in this dtype. `float16`
+    adds loss scaling; on CPU prefer `bfloat16` (float16 kernels are slow there)."""
     enable_gradient_checkpointing: bool = False
     """Recompute activations in backward: less memory, about 30% more compute."""
     use_remove_padding: bool = True
-    """Pack sequences without padding where the attention implementation allows it."""
+    """Pack each micro-batch into one row without padding (positions restart per sequence, attention
+    stays inside each sequence; the token budget counts real tokens). Models whose attention does
+    not go through transformers' attention interface keep padding."""
     lora_rank: LoraRank = 0
     """0 = full fine-tuning; `auto` picks by parameter count (<1B: 32, <10B: 64, else 128)."""
     lora_alpha: Annotated[int, Field(gt=0, le=100_000)] = 16
@@ -108,6 +136,20 @@ class ModelConfig(Strict):
     """Modules that get adapters; `all-linear` as in the recipe."""
     lora_adapter_path: Annotated[str, Field(min_length=1, max_length=1000)] | None = None
     """Continue from an existing adapter directory (`adapter_model.safetensors`) under a model root."""
+    strategy: Strategy = "ddp"
+    """Data parallelism of SFT / reward-model / distillation workers: `ddp` (full replicas,
+    gradients all-reduced) or `fsdp2` (parameters, gradients and optimizer state sharded). PPO sets
+    it per role: `actor.strategy`, `critic.strategy`."""
+    fsdp_config: FSDPConfig = Field(default_factory=FSDPConfig)
+
+    @model_validator(mode="after")
+    def _strategy(self):
+        _offload_needs_fsdp2(self)
+        if self.strategy == "fsdp2" and (self.lora_rank or self.lora_adapter_path):
+            raise errors_at(type(self).__name__, (("strategy",), self.strategy,
+                                                  "strategy fsdp2 does not support LoRA: set lora_rank to 0 "
+                                                  "or use strategy ddp"))
+        return self
 
 
 class DistillModelConfig(ModelConfig):
@@ -148,6 +190,13 @@ class DistillOptimConfig(OptimConfig):
     """Peak learning rate."""
 
 
+class DPOOptimConfig(OptimConfig):
+    """`OptimConfig` for DPO (a policy learning rate, as TRL's default)."""
+
+    lr: Annotated[float, Field(gt=0.0, le=1.0)] = 1e-6
+    """Peak learning rate."""
+
+
 class TrainerConfig(Strict):
     """Loop length and cadence (VERL: `trainer`)."""
 
@@ -160,6 +209,9 @@ class TrainerConfig(Strict):
     """Validate every N steps (-1: only at the end)."""
     critic_warmup: Annotated[int, Field(ge=0, le=MAX_STEPS)] = 0
     """PPO only: steps that train the critic before the actor starts updating."""
+    max_duration_s: Annotated[float, Field(gt=0.0, le=MAX_SECONDS)] | None = None
+    """Wall-clock budget of the whole run, earlier attempts included: past it the job saves a
+    checkpoint at the next step boundary and fails with `max_duration_exceeded` (None: no limit)."""
 
 
 class PPOTrainerConfig(TrainerConfig):
@@ -182,6 +234,13 @@ class DataConfig(Strict):
     shuffle: bool = True
 
 
+class StepGuardrailConfig(Strict):
+    """The step watchdog of SFT, reward-model training and distillation (PPO: `GuardrailConfig`)."""
+
+    step_timeout_s: Annotated[float, Field(gt=0.0, le=7 * 86400.0)] = 3600.0
+    """A step longer than this fails the job with `step_timeout`."""
+
+
 class _Supervised(Strict):
     """Fields shared by SFT, reward-model training and distillation."""
 
@@ -192,6 +251,7 @@ class _Supervised(Strict):
     micro_batch_size_per_gpu: Size = 2
     use_dynamic_bsz: bool = True
     max_token_len_per_gpu: Size = 3072
+    guardrails: StepGuardrailConfig = Field(default_factory=StepGuardrailConfig)
 
     @model_validator(mode="after")
     def _micro_within_batch(self):
@@ -223,6 +283,29 @@ class RMDistillConfig(_Supervised):
     """Held-out mean KL the student must stay below, else the job fails with `distill_gate`."""
 
 
+class DPOConfig(_Supervised):
+    """Offline preference optimisation of a policy on preference pairs (TRL's names): DPO, cDPO, IPO.
+
+    The reference is the model at `model` (with LoRA: the same base, adapter off); its log-probs are
+    computed once before training and cached beside the checkpoints."""
+
+    optim: DPOOptimConfig = Field(default_factory=DPOOptimConfig)
+    beta: Annotated[float, Field(gt=0.0, le=1e6)] = 0.1
+    """KL coefficient: how far the policy may move from the reference (larger: nearer)."""
+    loss_type: Literal["sigmoid", "ipo"] = "sigmoid"
+    """`sigmoid`: DPO (Rafailov et al. 2023) on response log-prob sums; `ipo`: IPO (Azar et al.
+    2023), ((log-ratio chosen - log-ratio rejected) - 1/(2 beta))^2 on per-token mean log-probs."""
+    label_smoothing: Annotated[float, Field(ge=0.0, lt=0.5)] = 0.0
+    """Conservative DPO (`sigmoid` only): the assumed probability that a pair's label is flipped, in [0, 0.5)."""
+
+    @model_validator(mode="after")
+    def _smoothing_needs_sigmoid(self):
+        if self.label_smoothing and self.loss_type != "sigmoid":
+            raise errors_at("DPOConfig", (("label_smoothing",), self.label_smoothing,
+                                          "label_smoothing applies to loss_type sigmoid only"))
+        return self
+
+
 class ActorConfig(Strict):
     """PPO actor update (VERL: `actor_rollout_ref.actor`)."""
 
@@ -246,6 +329,14 @@ class ActorConfig(Strict):
     ppo_max_token_len_per_gpu: Size = 3072
     """Token budget per micro-batch (about 3x the sequence length)."""
     optim: ActorOptimConfig = Field(default_factory=ActorOptimConfig)
+    strategy: Strategy = "ddp"
+    """`ddp` or `fsdp2` for the actor's data-parallel workers (see `ModelConfig.strategy`)."""
+    fsdp_config: FSDPConfig = Field(default_factory=FSDPConfig)
+
+    @model_validator(mode="after")
+    def _strategy(self):
+        _offload_needs_fsdp2(self)
+        return self
 
 
 class CriticConfig(Strict):
@@ -261,6 +352,14 @@ class CriticConfig(Strict):
     use_dynamic_bsz: bool = True
     ppo_max_token_len_per_gpu: Size = 3072
     optim: OptimConfig = Field(default_factory=OptimConfig)
+    strategy: Strategy = "ddp"
+    """`ddp` or `fsdp2` for the critic's data-parallel workers (see `ModelConfig.strategy`)."""
+    fsdp_config: FSDPConfig = Field(default_factory=FSDPConfig)
+
+    @model_validator(mode="after")
+    def _strategy(self):
+        _offload_needs_fsdp2(self)
+        return self
 
 
 class RolloutConfig(Strict):
@@ -276,6 +375,13 @@ class RolloutConfig(Strict):
     do_sample: bool = True
     val_temperature: Annotated[float, Field(ge=0.0, le=100.0)] = 0.0
     """Validation decoding temperature (0 = greedy)."""
+    enforce_eager: bool = False
+    """vllm: run without CUDA graphs (graphs capture once at start-up and speed decoding up)."""
+    free_cache_engine: bool = True
+    """vllm: put the engine to sleep after generating (its KV cache freed, its weights moved to CPU)
+    so training gets the GPU memory back; woken before the next weight sync or generation."""
+    gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
+    """vllm: share of the GPU's memory the engine may take for weights and KV cache."""
 
 
 class KLControlConfig(Strict):
@@ -287,26 +393,45 @@ class KLControlConfig(Strict):
     horizon: Annotated[int, Field(gt=0, le=10**9)] = 10000
 
 
+class FilterGroupsConfig(Strict):
+    """DAPO dynamic sampling (Yu et al. 2025, arXiv:2503.14476): drop prompt groups whose samples all
+    scored the same (they carry no group-relative signal) and keep generating to fill the batch."""
+
+    enable: bool = False
+    metric: Literal["score"] = "score"
+    """What must differ within a group: the sequence score (after reward shaping)."""
+    max_num_gen_batches: Annotated[int, Field(ge=0, le=1000)] = 10
+    """At most this many prompt batches generated per step (0 = no limit); short of a full batch,
+    the step trains on the groups it has and warns."""
+
+
 class AlgorithmConfig(Strict):
     """Advantage estimation and KL-in-reward (VERL: `algorithm`)."""
 
-    adv_estimator: Literal["gae", "grpo"] = "gae"
+    adv_estimator: Literal["gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
+                           "remax"] = "gae"
+    """`gae` trains a critic; the others are critic-free: `grpo` (and Dr. GRPO with
+    `norm_adv_by_std_in_grpo: false`), `rloo`, `reinforce_plus_plus`, `reinforce_plus_plus_baseline`
+    and `remax` (one extra greedy rollout per prompt as the baseline)."""
     gamma: Share = 1.0
     lam: Share = 0.95
     use_kl_in_reward: bool = True
     kl_penalty: KLType = "kl"
     kl_ctrl: KLControlConfig = Field(default_factory=KLControlConfig)
     norm_adv_by_std_in_grpo: bool = True
+    filter_groups: FilterGroupsConfig = Field(default_factory=FilterGroupsConfig)
 
 
 class RewardFilterConfig(Strict):
     """PF-PPO style filtering of unreliable rewards (Zhang et al. 2024, arXiv:2409.06957)."""
 
     enable: bool = False
-    drop_middle_quantile: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.5
-    """Share of samples around the median reward to drop (their rewards are the least reliable)."""
+    mode: Literal["best_worst", "best_random"] = "best_worst"
+    """Within each prompt's group of `rollout.n` samples, train on the best and the worst (or the best
+    and a random other) sample; ties are broken at random; a group whose scores all tie is kept whole."""
     replay_buffer_size: Annotated[int, Field(ge=0, le=MAX_SIZE)] = 0
-    """Kept high-confidence samples replayed in later steps (0 disables replay)."""
+    """Kept high-confidence samples replayed in later steps (0 disables replay; `gae` only: a
+    critic-free estimator has no group for a replayed sample)."""
 
 
 class GuardrailConfig(Strict):
@@ -333,6 +458,27 @@ class GuardrailConfig(Strict):
         return self
 
 
+class OverlongBufferConfig(Strict):
+    """DAPO's soft overlong punishment: a response longer than `max_response_length - len` loses
+    `(length - (max_response_length - len)) / len * penalty_factor` of its score (at most
+    `penalty_factor`, at the full length)."""
+
+    enable: bool = False
+    len: Annotated[int, Field(gt=0, le=MAX_SIZE)] = 64
+    """Tokens before `data.max_response_length` where the penalty starts."""
+    penalty_factor: Annotated[float, Field(ge=0.0, le=1e6)] = 1.0
+
+
+class RewardShapingConfig(Strict):
+    """What is done to every sequence score before advantages (VERL: `reward_model`)."""
+
+    overlong_buffer: OverlongBufferConfig = Field(default_factory=OverlongBufferConfig)
+
+
+GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
+"""Estimators whose baseline is the other samples of the same prompt."""
+
+
 class PPOConfig(Strict):
     """PPO with Actor / Critic / Reference / Reward roles (VERL's ppo_trainer config, trimmed)."""
 
@@ -342,6 +488,7 @@ class PPOConfig(Strict):
     critic: CriticConfig = Field(default_factory=CriticConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    reward: RewardShapingConfig = Field(default_factory=RewardShapingConfig)
     trainer: PPOTrainerConfig = Field(default_factory=PPOTrainerConfig)
     guardrails: GuardrailConfig = Field(default_factory=GuardrailConfig)
 
@@ -361,19 +508,80 @@ class PPOConfig(Strict):
             problems.append((("actor", "ppo_micro_batch_size_per_gpu"), self.actor.ppo_micro_batch_size_per_gpu,
                              ("actor.ppo_micro_batch_size_per_gpu must not exceed "
                               "actor.ppo_mini_batch_size * rollout.n samples")))
-        if self.algorithm.adv_estimator == "grpo" and self.rollout.n < 2:
+        estimator = self.algorithm.adv_estimator
+        if estimator in GROUP_ESTIMATORS and self.rollout.n < 2:
             problems.append((("rollout", "n"), self.rollout.n,
-                             "grpo needs rollout.n >= 2 (advantages are relative within a group)"))
+                             f"{estimator} needs rollout.n >= 2 (advantages are relative within a group)"))
+        if estimator != "gae" and self.guardrails.reward_filter.replay_buffer_size:
+            problems.append((("guardrails", "reward_filter", "replay_buffer_size"),
+                             self.guardrails.reward_filter.replay_buffer_size,
+                             f"replay needs adv_estimator gae: a replayed sample has no group under {estimator}"))
+        if self.algorithm.filter_groups.enable and estimator not in GROUP_ESTIMATORS:
+            problems.append((("algorithm", "filter_groups", "enable"), True,
+                             "filter_groups needs a group estimator: grpo, rloo or reinforce_plus_plus_baseline"))
+        buffer = self.reward.overlong_buffer
+        if buffer.enable and buffer.len >= self.data.max_response_length:
+            problems.append((("reward", "overlong_buffer", "len"), buffer.len,
+                             "reward.overlong_buffer.len must be below data.max_response_length"))
+        if self.model.strategy != "ddp":
+            problems.append((("model", "strategy"), self.model.strategy,
+                             "PPO sets the strategy per role: use actor.strategy and critic.strategy"))
+        for role in ("actor", "critic"):
+            if (self.model.lora_rank or self.model.lora_adapter_path) and getattr(self, role).strategy == "fsdp2":
+                problems.append(((role, "strategy"), "fsdp2",
+                                 f"{role}.strategy fsdp2 does not support LoRA: set model.lora_rank to 0 "
+                                 "or use strategy ddp"))
         if problems:
             raise errors_at("PPOConfig", *problems)
         return self
+
+
+class EvalDataConfig(Strict):
+    """What an evaluation reads, and how long its generations may be (VERL `data` names)."""
+
+    val_batch_size: Size = 64
+    """Prompts generated per batch (each `rollout.n` times), split over the workers."""
+    max_prompt_length: Size = 1024
+    max_response_length: Size = 2048
+    truncation: Truncation = "error"
+
+
+class EvalModelConfig(Strict):
+    """How the evaluated models are held: frozen, in `dtype`."""
+
+    dtype: Dtype = "float32"
+    """Compute dtype of every model of the job (the policy, `compare_to`, a reward model)."""
+
+
+class EvalRolloutConfig(Strict):
+    """Sampling (VERL `actor_rollout_ref.rollout` names), with the `hf` backend."""
+
+    n: Annotated[int, Field(gt=0, le=1024)] = 1
+    """Samples per prompt; pass@k is reported for k = 1, 2, 4, ... up to n."""
+    temperature: Annotated[float, Field(ge=0.0, le=100.0)] = 0.0
+    """0 = greedy."""
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    top_k: Annotated[int, Field(ge=-1, le=MAX_SIZE)] = -1
+    """-1 disables top-k."""
+
+
+class EvalConfig(Strict):
+    """Evaluation: sample responses to prompts and score them (no training, no output model)."""
+
+    data: EvalDataConfig = Field(default_factory=EvalDataConfig)
+    model: EvalModelConfig = Field(default_factory=EvalModelConfig)
+    rollout: EvalRolloutConfig = Field(default_factory=EvalRolloutConfig)
+    pass_threshold: Annotated[float, Field(ge=-1e6, le=1e6)] = 1.0
+    """Rule rewards: a sample passes (for pass@k) when its score is at least this."""
 
 
 METHOD_HYPERPARAMETERS: dict[str, type[Strict]] = {
     "sft": SFTConfig,
     "reward_model": RewardModelConfig,
     "rm_distill": RMDistillConfig,
+    "dpo": DPOConfig,
     "ppo": PPOConfig,
+    "eval": EvalConfig,
 }
 
 
@@ -385,6 +593,19 @@ class Resources(Strict):
     gpus_per_worker: Annotated[float, Field(ge=0.0, le=64.0)] = 0.0
     colocate: bool = True
     """PPO: put all roles on one set of resources (else one placement group bundle per role)."""
+    placement: Literal["pack", "spread", "strict_spread"] = "pack"
+    """How the workers' bundles go onto nodes: `pack` (as few nodes as fit), `spread` (as many as
+    possible), `strict_spread` (one node per bundle, or wait). Ray's PACK / SPREAD / STRICT_SPREAD."""
+    executor: Literal["local", "ray"] = "ray"
+    """`ray`: workers are Ray actors (the controller, PPO's roles, data-parallel replicas). `local`:
+    the job runs in the worker's own process on its one device, without Ray (one worker only)."""
+
+    @model_validator(mode="after")
+    def _local_is_one_worker(self):
+        if self.executor == "local" and self.num_workers != 1:
+            raise errors_at("Resources", (("num_workers",), self.num_workers,
+                                          "resources.executor 'local' runs one worker: num_workers must be 1"))
+        return self
 
 
 # -- VERL-style dotted overrides ----------------------------------------------------------------

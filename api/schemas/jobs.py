@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from api.pagination import Page
 from api.schemas.hyperparameters import (
     MAX_OVERRIDES,
+    DPOConfig,
+    EvalConfig,
     PPOConfig,
     Resources,
     RewardModelConfig,
@@ -21,10 +23,12 @@ from api.schemas.hyperparameters import (
 
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelling", "cancelled"]
 TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
-EventType = Literal["job.status", "job.metrics", "job.checkpoint", "job.log", "job.warning", "job.error", "job.done"]
+EventType = Literal["job.status", "job.metrics", "job.checkpoint", "job.log", "job.warning", "job.error", "job.done",
+                    "job.placement"]
 RewardFunction = Literal["gsm8k", "exact_match", "regex", "length_penalty", "data_source"]
 
-FILE_PURPOSE = {"sft": "sft", "reward_model": "preference", "rm_distill": "preference", "ppo": "prompts"}
+FILE_PURPOSE = {"sft": "sft", "reward_model": "preference", "rm_distill": "preference", "dpo": "preference",
+                "ppo": "prompts", "eval": "prompts"}
 """The dataset purpose each method trains on."""
 
 ModelRef = Annotated[str, Field(min_length=1, max_length=500, description=(
@@ -77,6 +81,15 @@ class RMDistillMethod(_Method):
     hyperparameters: RMDistillConfig = Field(default_factory=RMDistillConfig)
 
 
+class DPOMethod(_Method):
+    """Offline preference optimisation of the policy `model` on preference pairs (file purpose
+    `preference`): DPO, conservative DPO (`label_smoothing`) or IPO (`loss_type: ipo`); the reference is
+    `model` itself, frozen. The output is a policy."""
+
+    type: Literal["dpo"]
+    hyperparameters: DPOConfig = Field(default_factory=DPOConfig)
+
+
 class RewardSpec(Strict):
     """PPO's reward: a reward model, or a rule function for verifiable tasks. Exactly one of the two."""
 
@@ -105,7 +118,21 @@ class PPOMethod(_Method):
     hyperparameters: PPOConfig = Field(default_factory=PPOConfig)
 
 
-JobMethod = Annotated[SFTMethod | RewardModelMethod | RMDistillMethod | PPOMethod, Field(discriminator="type")]
+class EvalMethod(_Method):
+    """Evaluate `model` on prompts (file purpose `prompts`): sample `rollout.n` responses per prompt and
+    score them with `reward`. Reports `eval/reward/mean`, pass@k (rule rewards) and, with `compare_to`,
+    the win rate against that model; writes an `eval_results` file (`result_files`); no output model."""
+
+    type: Literal["eval"]
+    reward: RewardSpec
+    compare_to: ModelRef | None = None
+    """A model whose responses to the same prompts (same sampling) are judged against `model`'s by `reward`:
+    `eval/win_rate` (win 1, tie 0.5, loss 0) and its standard error `eval/win_rate_se`."""
+    hyperparameters: EvalConfig = Field(default_factory=EvalConfig)
+
+
+JobMethod = Annotated[SFTMethod | RewardModelMethod | RMDistillMethod | DPOMethod | PPOMethod | EvalMethod,
+                      Field(discriminator="type")]
 
 Metadata = Annotated[dict[Annotated[str, Field(min_length=1, max_length=64)], Annotated[str, Field(max_length=512)]],
                      Field(max_length=16, description="Up to 16 string pairs of your own.",
@@ -118,10 +145,10 @@ class JobCreate(Strict):
     model: ModelRef
     """The model to train (or, for `rm_distill`, the student)."""
     training_file: ResourceId
-    """A file of this project whose purpose fits the method: sft -> `sft`, reward_model and rm_distill ->
-    `preference`, ppo -> `prompts`."""
+    """A file of this project whose purpose fits the method: sft -> `sft`, reward_model, rm_distill and dpo
+    -> `preference`, ppo and eval -> `prompts` (for eval: the prompts evaluated on)."""
     validation_file: ResourceId | None = None
-    """Held-out rows with the same purpose; validation metrics appear as `val/...`."""
+    """Held-out rows with the same purpose; validation metrics appear as `val/...` (not for eval)."""
     method: JobMethod
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
     suffix: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$")] | None = None
@@ -162,6 +189,22 @@ class JobError(BaseModel):
     message: str
     param: str | None = None
     """The hyperparameter or column at fault, when known."""
+    error_id: str | None = None
+    """Set for system errors, whose details are in the deployment's logs under this id (quote it when
+    reporting the problem); the message then stays generic."""
+
+
+class WorkerPlacement(BaseModel):
+    """Where one worker of a job runs (the `job.placement` event of its latest attempt)."""
+
+    role: str
+    """`trainer` (sft, reward_model, rm_distill, dpo) or the PPO role: `actor`, `critic`, `ref`, `reward`."""
+    rank: int
+    node_id: str | None
+    """Ray node id (null when the worker ran outside Ray)."""
+    node_ip: str
+    hostname: str | None = None
+    pid: int | None = None
 
 
 class JobPublic(BaseModel):
@@ -174,7 +217,9 @@ class JobPublic(BaseModel):
     """The method as accepted: every hyperparameter filled in (overrides applied)."""
     model: str
     output_model: str | None
-    """The trained model's id, once the job succeeded."""
+    """The trained model's id, once the job succeeded (eval jobs have none)."""
+    result_files: list[str] = Field(default_factory=list)
+    """Files the job wrote, once it succeeded (eval: its `eval_results` file, `GET /v1/files/{id}/content`)."""
     training_file: str
     validation_file: str | None
     seed: int
@@ -188,11 +233,18 @@ class JobPublic(BaseModel):
     progress: JobProgress
     queue_position: int | None
     """Queued jobs: 1-based position among this project's queued jobs, oldest first; else null."""
+    queue_reason: Literal["waiting_for_resources"] | None = None
+    """Queued jobs: why the job is not running yet, when Keel knows. `waiting_for_resources`: it fits the
+    Ray cluster but not its free CPUs/GPUs right now; it starts when they free up (no attempt spent)."""
     latest_metrics: dict[str, float]
     error: JobError | None
     metadata: dict[str, str]
     attempts: int
     """How many times a worker started the job (more than 1 after a lost worker)."""
+    placement: list[WorkerPlacement] | None = None
+    """Where the latest attempt's workers run, once they started (see `job.placement`)."""
+    created_by: str | None = None
+    """The id of the API key that created the job (null for jobs from before keys were recorded)."""
 
 
 class JobsPublic(Page[JobPublic]):
@@ -208,7 +260,8 @@ class JobEventPublic(BaseModel):
     data: dict[str, Any]
     """job.status `{status}`; job.metrics `{step, values, total_steps, epoch}`; job.checkpoint
     `{checkpoint_id, step, metrics}`; job.log `{message}`; job.warning `{code, message, data}`;
-    job.error `{code, message}`; job.done `{status}`."""
+    job.error `{code, message, param?, error_id?}`; job.done `{status}`; job.placement `{workers: [{role, rank, node_id,
+    node_ip, hostname, pid}]}` (where each worker of the attempt runs)."""
     created_at: int
     """Unix seconds."""
 

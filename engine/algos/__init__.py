@@ -1,4 +1,5 @@
-"""PPO math as pure tensor functions (VERL `core_algos` semantics): no I/O, no config objects.
+"""PPO and preference-optimisation math as pure tensor functions (VERL `core_algos` semantics): no
+I/O, no config objects.
 
 Per-token tensors are `(batch, response_len)`; `response_mask` is 1 on real response tokens (EOS
 included) and 0 on padding.
@@ -20,11 +21,15 @@ from engine.algos.outcome import (
     compute_reinforce_plus_plus_baseline_advantages,
     compute_remax_advantages,
     compute_rloo_advantages,
+    group_has_signal,
+    overlong_penalty,
 )
+from engine.algos.preference import PREFERENCE_LOSS_TYPES, dpo_loss
 
 __all__ = [
     "KL_KINDS",
     "LOSS_AGG_MODES",
+    "PREFERENCE_LOSS_TYPES",
     "AdaptiveKLController",
     "FixedKLController",
     "agg_loss",
@@ -35,14 +40,17 @@ __all__ = [
     "compute_reinforce_plus_plus_baseline_advantages",
     "compute_remax_advantages",
     "compute_rloo_advantages",
+    "dpo_loss",
     "entropy_from_logits",
     "explained_variance",
+    "group_has_signal",
     "kl_penalty",
     "log_probs_from_logits",
     "masked_mean",
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "overlong_penalty",
     "policy_loss",
     "value_loss",
 ]

@@ -4,6 +4,7 @@ value (VERL sums the rewards over every position; the same here, since padding r
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -138,3 +139,49 @@ def compute_remax_advantages(
         returns = (token_level_rewards * response_mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
         advantages = returns - reward_baselines.unsqueeze(-1) * response_mask
     return advantages, returns
+
+
+def overlong_penalty(
+    response_lengths: torch.Tensor,
+    max_response_length: int,
+    buffer_len: int,
+    penalty_factor: float,
+) -> torch.Tensor:
+    """DAPO's soft overlong punishment (Yu et al. 2025, arXiv:2503.14476), added to each score.
+
+    Responses up to ``L_max - buffer_len`` tokens are free; beyond it the penalty grows linearly::
+
+        penalty = min(0, -(length - (L_max - buffer_len)) / buffer_len * penalty_factor)
+
+    reaching ``-penalty_factor`` at ``L_max`` (a truncated response).
+
+    Args:
+        response_lengths: `(batch,)` real response tokens per row.
+        max_response_length: `L_max`, the generation limit.
+        buffer_len: tokens before `L_max` where the penalty starts (> 0).
+        penalty_factor: the penalty at `L_max`.
+
+    Returns:
+        `(batch,)` float penalties, all <= 0.
+    """
+    exceed = response_lengths.float() - (max_response_length - buffer_len)
+    return torch.clamp(-exceed / buffer_len * penalty_factor, max=0.0)
+
+
+def group_has_signal(scores: torch.Tensor, group_index: torch.Tensor | Sequence[Any]) -> torch.Tensor:
+    """Rows whose group's scores are not all equal (DAPO dynamic sampling keeps only these: a group
+    that all succeeded or all failed gets zero group-relative advantage).
+
+    Args:
+        scores: `(batch,)` sequence scores.
+        group_index: `(batch,)` prompt id per row.
+
+    Returns:
+        `(batch,)` bool.
+    """
+    ids = _group_ids(group_index, scores.shape[0], scores.device)
+    groups = int(ids.max().item()) + 1 if ids.numel() else 0
+    values = scores.double()
+    low = values.new_full((groups,), math.inf).scatter_reduce(0, ids, values, "amin")
+    high = values.new_full((groups,), -math.inf).scatter_reduce(0, ids, values, "amax")
+    return (high > low)[ids]

@@ -12,8 +12,11 @@ from typing import Any
 
 import torch
 
+from engine import packing, sharding
 from engine.algos import agg_loss, kl_penalty, masked_mean, policy_loss
+from engine.artifacts import Artifacts
 from engine.config import PPOConfig
+from engine.errors import ConfigError
 from engine.models import (
     count_parameters,
     is_lora,
@@ -23,11 +26,13 @@ from engine.models import (
     resolve_lora_rank,
     save_model,
 )
+from engine.precision import Precision
 from engine.roles.base import (
     MetricSums,
     TrainableRole,
     batched_log_probs,
     iter_micro_batches,
+    pad_response,
     policy_log_probs,
 )
 from engine.roles.batch import Batch, build_batch, mini_batch_rows
@@ -75,26 +80,40 @@ class ActorRollout(TrainableRole):
 
     def __init__(self, config: PPOConfig, model_path: str, *, total_steps: int, rollout: str = "hf",
                  rank: int = 0, world_size: int = 1, num_threads: int | None = None, seed: int = 0,
-                 use_gpu: bool = False) -> None:
-        super().__init__(rank=rank, world_size=world_size, num_threads=num_threads, seed=seed, use_gpu=use_gpu)
+                 use_gpu: bool = False, artifacts: Artifacts | None = None) -> None:
+        super().__init__(rank=rank, world_size=world_size, num_threads=num_threads, seed=seed, use_gpu=use_gpu,
+                         artifacts=artifacts)
         self.cfg = config
+        model_path = self.artifacts.stage(model_path)
         self.tokenizer = load_tokenizer(model_path)
         self.model = load_policy(model_path, config.model, trainable=True).to(self.device)
         self.optimizer = build_optimizer(self.model, config.actor.optim)
         self.scheduler = build_scheduler(self.optimizer, config.actor.optim, total_steps)
+        self.precision = Precision(config.model.dtype, self.device)
         self._init_grads()
+        if config.actor.strategy == "fsdp2" and rollout != "hf":
+            raise ConfigError("actor.strategy fsdp2 needs rollout.name hf (vllm reads the full weights)",
+                              param="actor.strategy")
+        self._strategy = (config.actor.strategy, config.actor.fsdp_config)
+        self._rebuild = lambda: self._build_optimizer(total_steps)
         self.clip_low, self.clip_high = config.actor.clip_low, config.actor.clip_high
         lora_rank = (resolve_lora_rank(config.model.lora_rank, count_parameters(self.model))
                      if config.model.lora_rank else 0)
         self.rollout = make_rollout(rollout, self.model, tokenizer=self.tokenizer, model_path=model_path,
                                     dtype=config.model.dtype, lora_rank=lora_rank,
                                     max_model_len=config.data.max_prompt_length + config.data.max_response_length,
-                                    seed=seed)
+                                    seed=seed, config=config, device=self.device)
+
+    def _build_optimizer(self, total_steps: int) -> None:
+        self.optimizer = build_optimizer(self.model, self.cfg.actor.optim)
+        self.scheduler = build_scheduler(self.optimizer, self.cfg.actor.optim, total_steps)
 
     # --- sampling ------------------------------------------------------------------------------
 
-    def sampling_params(self, validate: bool = False) -> SamplingParams:
+    def sampling_params(self, validate: bool = False, greedy: bool = False) -> SamplingParams:
         r = self.cfg.rollout
+        if greedy:
+            return SamplingParams(max_new_tokens=self.cfg.data.max_response_length, do_sample=False)
         if validate:
             return SamplingParams(max_new_tokens=self.cfg.data.max_response_length,
                                   temperature=r.val_temperature, top_p=r.top_p, top_k=r.top_k,
@@ -103,15 +122,17 @@ class ActorRollout(TrainableRole):
                               top_p=r.top_p, top_k=r.top_k, do_sample=r.do_sample)
 
     def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int],
-                 validate: bool = False) -> tuple[Batch, float]:
-        """Sample one response per prompt (the driver repeats prompts `rollout.n` times).
+                 validate: bool = False, greedy: bool = False) -> tuple[Batch, float]:
+        """Sample one response per prompt (the driver repeats prompts `rollout.n` times); `validate`
+        samples with `rollout.val_temperature`, `greedy` decodes by argmax.
 
         Returns:
             `(batch, seconds)`: a `Batch` (see `engine.roles.batch`) and the wall time, as two values
             so the batch can be handed to other roles by reference.
         """
         start = time.perf_counter()
-        responses = self.rollout.generate(prompts, seeds, self.sampling_params(validate))
+        with self.precision.autocast(), sharding.gathered(self.sharded):
+            responses = self.rollout.generate(prompts, seeds, self.sampling_params(validate, greedy))
         batch = build_batch(prompts, responses, prompt_width=self.cfg.data.max_prompt_length,
                             response_width=self.cfg.data.max_response_length,
                             pad_id=self.tokenizer.pad_token_id)
@@ -121,9 +142,10 @@ class ActorRollout(TrainableRole):
 
     def _log_probs(self, batch: Batch) -> torch.Tensor:
         a = self.cfg.actor
-        return batched_log_probs(self.model, batch, temperature=self.cfg.rollout.temperature,
-                                 dynamic=a.use_dynamic_bsz, max_tokens=a.ppo_max_token_len_per_gpu,
-                                 size=a.ppo_micro_batch_size_per_gpu, device=self.device)
+        with self.precision.autocast(), sharding.gathered(self.sharded):
+            return batched_log_probs(self.model, batch, temperature=self.cfg.rollout.temperature,
+                                     dynamic=a.use_dynamic_bsz, max_tokens=a.ppo_max_token_len_per_gpu,
+                                     size=a.ppo_micro_batch_size_per_gpu, device=self.device)
 
     def compute_log_prob(self, batch: Batch) -> dict[str, Any]:
         """Log-probs of the sampled responses under the current (rollout) policy: `old_log_prob`."""
@@ -153,8 +175,10 @@ class ActorRollout(TrainableRole):
 
         Returns:
             `metrics` (name -> (weighted sum, weight), merged across workers by the driver),
-            `log_probs` (the updated policy's log-probs of the batch, for the KL guardrail),
-            `nonfinite` (a loss or gradient was NaN/inf: the remaining steps were skipped), `time_s`.
+            `log_probs` (for the KL guardrail: the log-probs the last PPO epoch computed, each row's
+            under the weights of its mini-batch's last step; no extra forward; rows an early stop
+            never reached keep `old_log_probs`), `nonfinite` (a loss or gradient was NaN/inf: the
+            remaining steps were skipped), `time_s`.
         """
         start = time.perf_counter()
         a = self.cfg.actor
@@ -163,13 +187,24 @@ class ActorRollout(TrainableRole):
         totals = mini_batch_totals(self, batch, bounds, a.loss_agg_mode)
         sums = MetricSums()
         nonfinite = False
+        last_log_probs = batch["old_log_probs"].clone()
         self.model.train()
-        for _ in range(a.ppo_epochs):
+        for epoch in range(a.ppo_epochs):
+            last = epoch == a.ppo_epochs - 1
             for rows, total in zip(bounds, totals):
-                for _, mb in iter_micro_batches(batch, rows, dynamic=a.use_dynamic_bsz,
-                                                max_tokens=a.ppo_max_token_len_per_gpu,
-                                                size=a.ppo_micro_batch_size_per_gpu, device=self.device):
-                    self._backward(mb, total, width, sums)
+                kw = {"dynamic": a.use_dynamic_bsz, "max_tokens": a.ppo_max_token_len_per_gpu,
+                      "size": a.ppo_micro_batch_size_per_gpu, "device": self.device,
+                      "packed": packing.enabled(self.model)}
+                micro = list(iter_micro_batches(batch, rows, **kw))
+                for (index, mb), real in self._lockstep(micro, batch, rows, **kw):
+                    if not real:  # fsdp2: a filler keeps the collectives in step and adds nothing
+                        with self.precision.autocast():
+                            log_probs, _ = policy_log_probs(self.model, mb, temperature=1.0)
+                        (log_probs.sum() * 0.0).backward()
+                        continue
+                    log_probs = self._backward(mb, total, width, sums, last_epoch=last)
+                    if last:
+                        last_log_probs[index] = pad_response(log_probs, width).cpu()
                 grad_norm, finite = self._optimizer_step(a.optim.grad_clip)
                 sums.add("actor/grad_norm", grad_norm)
                 if not finite:
@@ -178,18 +213,27 @@ class ActorRollout(TrainableRole):
             if nonfinite:
                 break
         sums.add("actor/lr", self.current_lr())
+        sums.add("perf/actor_state_bytes_per_worker", self.state_bytes())
         if not nonfinite:
             self.scheduler.step()
         self._after_weights_changed()
-        new_log_probs = self._log_probs(batch)
-        return {"metrics": sums.sums, "log_probs": new_log_probs, "nonfinite": nonfinite,
+        return {"metrics": sums.sums, "log_probs": last_log_probs, "nonfinite": nonfinite,
                 "time_s": time.perf_counter() - start}
 
-    def _backward(self, mb: Batch, total: float, width: int, sums: MetricSums) -> None:
+    def _backward(self, mb: Batch, total: float, width: int, sums: MetricSums, *,
+                  last_epoch: bool) -> torch.Tensor:
+        """Forward and backward of one micro-batch; returns its detached log-probs `(b, r)`.
+
+        The entropy (a full-vocabulary softmax per token) is only in the graph when
+        `entropy_coeff` is set; otherwise `actor/entropy` is computed detached, in the last epoch
+        only. Either way the metric is the last epoch's mean.
+        """
         a = self.cfg.actor
         mask = mb["response_mask"]
-        log_probs, entropy = policy_log_probs(self.model, mb, temperature=self.cfg.rollout.temperature,
-                                              with_entropy=True)
+        mode = "grad" if a.entropy_coeff else ("metric" if last_epoch else "off")
+        with self.precision.autocast():
+            log_probs, entropy = policy_log_probs(self.model, mb, temperature=self.cfg.rollout.temperature,
+                                                  entropy=mode)
         pg_loss, pg = policy_loss(mb["old_log_probs"], log_probs, mb["advantages"], mask,
                                   clip_ratio_low=self.clip_low, clip_ratio_high=self.clip_high,
                                   clip_ratio_c=a.clip_ratio_c, loss_agg_mode=a.loss_agg_mode)
@@ -203,11 +247,13 @@ class ActorRollout(TrainableRole):
             sums.add("actor/kl_loss", float(kl.detach()), tokens)
             sums.add("actor/kl_coef", a.kl_loss_coef)
         weight = loss_weight(mask, a.loss_agg_mode, width) / max(total, 1e-8)
-        (loss * weight).backward()
+        self.precision.backward(loss * weight)
         sums.add("actor/pg_loss", float(pg_loss.detach()), tokens)
-        sums.add("actor/entropy", float(masked_mean(entropy.detach(), mask)), tokens)
+        if last_epoch and entropy is not None:
+            sums.add("actor/entropy", float(masked_mean(entropy.detach(), mask)), tokens)
         for name in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
             sums.add(f"actor/{name}", pg[name], tokens)
+        return log_probs.detach()
 
     def _after_weights_changed(self) -> None:
         self.rollout.sync_weights(self.model)
@@ -215,8 +261,18 @@ class ActorRollout(TrainableRole):
     # --- output --------------------------------------------------------------------------------
 
     def save_model(self, out_dir: str) -> str:
-        """Write the trained policy for use outside Keel; returns `hf` or `lora`."""
-        return save_model(self.model, self.tokenizer, out_dir) if self.rank == 0 else "hf"
+        """Write the trained policy for use outside Keel; returns `hf` or `lora`. Under fsdp2 every
+        worker is called: the full weights are gathered to rank 0."""
+        model = self.model
+        if self.sharded is not None:
+            state = sharding.full_state_dict(self.model)
+            if state is None:
+                return "hf"
+            model = sharding.plain_copy(self.model, state)
+        elif self.rank != 0:
+            return "hf"
+        with self.artifacts.writing(out_dir) as local:  # a URL: written on this node, then uploaded
+            return save_model(model, self.tokenizer, local, dtype=self.precision.dtype)
 
     def is_lora(self) -> bool:
         return is_lora(self.model)

@@ -8,19 +8,23 @@ the driver can report per-phase timings while all roles run at once.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
-from engine import distributed
+from engine import distributed, packing, sharding
 from engine.algos import entropy_from_logits, log_probs_from_logits
+from engine.artifacts import Artifacts
 from engine.checkpoint import load_state, save_state
-from engine.roles.batch import Batch, gather_response, micro_batches, row_lengths, select, trim
+from engine.models import logits_at
+from engine.precision import Precision
+from engine.roles.batch import Batch, micro_batches, response_positions, row_lengths, select, trim
 
 SEQ_KEYS = ("input_ids", "attention_mask")
 
@@ -33,10 +37,13 @@ class Role:
         num_threads: torch intra-op threads (None: leave torch's default).
         seed: seeds torch's global RNG before any model is built (fresh value heads).
         use_gpu: put the model on CUDA device 0 (Ray sets `CUDA_VISIBLE_DEVICES`) when one is visible.
+        artifacts: the job's store; this worker stages the models and checkpoints it reads and uploads
+            what it writes itself (it may run on any node). None: local paths only.
     """
 
     def __init__(self, *, rank: int = 0, world_size: int = 1, num_threads: int | None = None, seed: int = 0,
-                 use_gpu: bool = False) -> None:
+                 use_gpu: bool = False, artifacts: Artifacts | None = None) -> None:
+        self.artifacts = artifacts or Artifacts()
         if num_threads:
             torch.set_num_threads(num_threads)
         torch.manual_seed(seed)
@@ -47,12 +54,20 @@ class Role:
         """Answers once the constructor has finished (the driver waits on it)."""
         return True
 
-    def free_port(self) -> int:
-        return distributed.free_port()
+    def rendezvous(self) -> tuple[str, int]:
+        return distributed.rendezvous()
 
-    def init_process_group(self, port: int) -> None:
+    def node(self) -> dict[str, Any]:
+        """Where this worker runs (`job.placement`)."""
+        return distributed.node_identity()
+
+    def init_process_group(self, endpoint: tuple[str, int]) -> None:
         if self.world_size > 1:
-            distributed.init_process_group(self.rank, self.world_size, port, self.device)
+            distributed.init_process_group(self.rank, self.world_size, endpoint, self.device)
+            self.after_process_group()
+
+    def after_process_group(self) -> None:
+        """Hook: the data-parallel group exists now (a colocated host calls it on every role)."""
 
     def apply(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run `fn(self, *args, **kwargs)` in the worker (diagnostics and fault-injection tests)."""
@@ -96,26 +111,36 @@ def pad_response(x: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def iter_micro_batches(batch: Batch, rows: Sequence[int], *, dynamic: bool, max_tokens: int, size: int,
-                       device: torch.device) -> Iterator[tuple[list[int], Batch]]:
-    """`(global row indices, trimmed micro-batch)` over `rows` of `batch`."""
+                       device: torch.device, packed: bool = False) -> Iterator[tuple[list[int], Batch]]:
+    """`(global row indices, trimmed micro-batch)` over `rows` of `batch` (`packed`: the model
+    packs its rows, so the token budget counts real tokens)."""
     lengths = [row_lengths(batch)[i] for i in rows]
-    for group in micro_batches(lengths, dynamic=dynamic, max_tokens=max_tokens, size=size):
+    for group in micro_batches(lengths, dynamic=dynamic, max_tokens=max_tokens, size=size, packed=packed):
         index = [rows[i] for i in group]
         yield index, trim_rows(select(batch, index), device)
 
 
 def policy_log_probs(model: nn.Module, mb: Batch, *, temperature: float,
-                     with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                     entropy: Literal["off", "grad", "metric"] = "off") -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs `(b, r)` of the response tokens of a trimmed micro-batch under `model` (logits divided
-    by the sampling temperature, as in VERL), and optionally the per-token entropy."""
-    logits = model(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"]).logits
+    by the sampling temperature, as in VERL), and the per-token entropy unless `entropy="off"`.
+
+    Only the response positions' logits are computed (`engine.models.logits_at`). The entropy is a
+    full-vocabulary softmax per token: `grad` keeps it in the graph (a loss term), `metric` computes
+    it detached, so backward stores nothing for it.
+    """
     width = mb["responses"].shape[1]
-    logits = gather_response(logits, mb["prompt_lens"], width).float()
+    positions = response_positions(mb["prompt_lens"], width, mb["input_ids"].shape[1])
+    logits = logits_at(model, mb["input_ids"], mb["attention_mask"], positions).float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     log_probs = log_probs_from_logits(logits, mb["responses"])
-    entropy = entropy_from_logits(logits) if with_entropy else None
-    return log_probs, entropy
+    if entropy == "off":
+        return log_probs, None
+    if entropy == "metric":
+        with torch.no_grad():
+            return log_probs, entropy_from_logits(logits.detach())
+    return log_probs, entropy_from_logits(logits)
 
 
 @torch.no_grad()
@@ -128,7 +153,8 @@ def batched_log_probs(model: nn.Module, batch: Batch, *, temperature: float, dyn
     model.eval()
     try:
         for index, mb in iter_micro_batches(batch, range(len(batch["input_ids"])), dynamic=dynamic,
-                                            max_tokens=max_tokens, size=size, device=device):
+                                            max_tokens=max_tokens, size=size, device=device,
+                                            packed=packing.enabled(model)):
             log_probs, _ = policy_log_probs(model, mb, temperature=temperature)
             out[index] = pad_response(log_probs, width).cpu()
     finally:
@@ -148,13 +174,17 @@ def _clone_to_cpu(value: Any) -> Any:
 
 def _copy_into_cpu(buffers: Any, value: Any) -> Any:
     """`_clone_to_cpu(value)`, reusing the matching CPU tensors of `buffers` (an earlier result of
-    this function for the same structure) with `copy_` instead of allocating new ones."""
+    this function for the same structure) with `copy_` instead of allocating new ones.
+
+    A CUDA tensor goes into pinned memory with a non-blocking copy (the caller orders it with a
+    stream and waits for it before the source changes or the buffer is read on the host)."""
     if isinstance(value, torch.Tensor):
-        if (isinstance(buffers, torch.Tensor) and buffers.shape == value.shape and buffers.dtype == value.dtype
-                and buffers.device.type == "cpu"):
-            with torch.no_grad():
-                return buffers.copy_(value.detach())
-        return value.detach().to("cpu", copy=True)
+        value = value.detach()
+        if not (isinstance(buffers, torch.Tensor) and buffers.shape == value.shape
+                and buffers.dtype == value.dtype and buffers.device.type == "cpu"):
+            buffers = torch.empty(value.shape, dtype=value.dtype, device="cpu", pin_memory=value.is_cuda)
+        with torch.no_grad():
+            return buffers.copy_(value, non_blocking=value.is_cuda)
     if isinstance(value, dict):
         old = buffers if isinstance(buffers, dict) else {}
         return {k: _copy_into_cpu(old.get(k), v) for k, v in value.items()}
@@ -173,7 +203,52 @@ class TrainableRole(Role):
     model: nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: Any
+    precision: Precision = Precision("float32", "cpu")
+    """Subclasses set their job's (`model.dtype`); a float32 one holds no state, so it can be shared."""
     _snapshot: dict[str, Any] | None = None
+    _snapshot_stream: Any = None
+    _snapshot_pending: Any = None
+    sharded: sharding.Sharded | None = None
+    """Set when the role's `strategy` is fsdp2 and it has several workers (`after_process_group`)."""
+    _rebuild: Callable[[], None] | None = None
+    """Subclasses: rebuild `optimizer` and `scheduler` over the model's current parameters."""
+    _strategy: tuple[str, Any] = ("ddp", None)
+    """`(strategy, fsdp_config)` of the role's config."""
+
+    def after_process_group(self) -> None:
+        """fsdp2: shard the model, then rebuild the optimizer and scheduler over the sharded
+        parameters (nothing has stepped yet)."""
+        strategy, fsdp = self._strategy
+        if strategy != "fsdp2" or self.world_size == 1:
+            return
+        self.sharded = sharding.shard_model(self.model, fsdp, dtype=self.precision.dtype, device=self.device)
+        assert self._rebuild is not None
+        self._rebuild()
+        if fsdp.optimizer_offload:
+            sharding.OptimizerOffload(self.optimizer, self.device)
+        self._init_grads()
+        self._after_weights_changed()
+
+    def idle_gather(self) -> dict[str, float]:
+        """Join the collective unshard of a `gathered` phase this worker has no rows for (fsdp2)."""
+        with sharding.gathered(self.sharded):
+            pass
+        return {"time_s": 0.0}
+
+    def _lockstep(self, micro: list[tuple[list[int], Batch]], batch: Batch, rows: Sequence[int],
+                  **kw: Any) -> Iterator[tuple[tuple[list[int], Batch], bool]]:
+        """`(micro-batch, real)`: under fsdp2 padded with fillers to the busiest worker's count."""
+        if self.sharded is None:
+            return ((mb, True) for mb in micro)
+        some = list(rows[:1]) or list(range(min(1, len(batch["input_ids"]))))
+        filler = next(iter_micro_batches(batch, some, **kw), None) if some else None
+        if filler is None and micro:
+            filler = micro[0]
+        return sharding.lockstep(micro, filler, active=True, device=self.device)
+
+    def state_bytes(self) -> float:
+        """Parameters, gradients and optimizer state this worker holds (local shards under fsdp2)."""
+        return float(sharding.state_bytes(self.model, self.optimizer))
 
     def _params(self) -> list[nn.Parameter]:
         return [p for group in self.optimizer.param_groups for p in group["params"]]
@@ -193,17 +268,16 @@ class TrainableRole(Role):
         """Sum gradients over the group, clip, and step unless the norm is non-finite.
 
         Returns:
-            `(grad_norm, finite)`; a non-finite step leaves the weights untouched.
+            `(grad_norm, finite)`; a non-finite step leaves the weights untouched. With float16
+            loss scaling an overflow only skips the step (the scaler shrinks its scale): `finite`
+            is False only when the loss itself was not finite.
         """
         params = self._params()
         distributed.all_reduce_grads(params)
-        max_norm = grad_clip if grad_clip > 0 else math.inf
-        norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-        finite = math.isfinite(norm)
-        if finite:
-            self.optimizer.step()
+        self._await_snapshot()  # the snapshot must have read the weights before they change
+        norm, _, nonfinite = self.precision.step(self.optimizer, params, grad_clip)
         self.optimizer.zero_grad(set_to_none=False)
-        return norm, finite
+        return norm, not nonfinite
 
     def current_lr(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])
@@ -219,12 +293,14 @@ class TrainableRole(Role):
 
     def _trained_tensors(self) -> dict[str, torch.Tensor]:
         named = dict(self.model.named_parameters())
-        tensors = {k: p for k, p in named.items() if p.requires_grad}
+        # fsdp2: this worker's shards, as plain tensors sharing the parameters' storage.
+        tensors = {k: sharding.local(p) for k, p in named.items() if p.requires_grad}
         tensors.update(dict(self.model.named_buffers()))
         return tensors
 
     def snapshot(self) -> dict[str, float]:
-        """Keep a CPU copy of the weights being trained, the optimizer and the scheduler.
+        """Keep a CPU copy of the weights being trained, the optimizer, the scheduler (and the
+        float16 loss scale).
 
         Taken every step (the state a rollback returns to is always the start of the step being
         retried), but cheaply: after the first snapshot, the tensors are `copy_`-ed into the
@@ -233,28 +309,53 @@ class TrainableRole(Role):
         shape or dtype changed, or one that is new (Adam's state appears after the first step), gets
         a fresh copy. `restore` still hands the optimizer and the scheduler clones, so the buffers
         are never shared with live state.
+
+        On CUDA the buffers are pinned and the copies run asynchronously on a side stream: the
+        step's generation overlaps them, and the first optimizer step (or a restore) waits for them.
+        `time_s` is the time this call took (on CUDA: to enqueue the copies).
         """
         start = time.perf_counter()
+        self._await_snapshot()
         previous = self._snapshot or {}
-        self._snapshot = {
-            "tensors": _copy_into_cpu(previous.get("tensors"), self._trained_tensors()),
-            "optimizer": _copy_into_cpu(previous.get("optimizer"), self.optimizer.state_dict()),
-            "scheduler": _clone_to_cpu(self.scheduler.state_dict()),
-        }
+        tensors, optimizer = self._trained_tensors(), self.optimizer.state_dict()
+        on_cuda = self.device.type == "cuda"
+        if on_cuda:
+            if self._snapshot_stream is None:
+                self._snapshot_stream = torch.cuda.Stream(self.device)
+            self._snapshot_stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self._snapshot_stream) if on_cuda else contextlib.nullcontext():
+            self._snapshot = {
+                "tensors": _copy_into_cpu(previous.get("tensors"), tensors),
+                "optimizer": _copy_into_cpu(previous.get("optimizer"), optimizer),
+                "scheduler": _clone_to_cpu(self.scheduler.state_dict()),
+                "precision": self.precision.state_dict(),
+            }
+            if on_cuda:
+                self._snapshot_pending = torch.cuda.Event()
+                self._snapshot_pending.record(self._snapshot_stream)
         return {"time_s": time.perf_counter() - start}
+
+    def _await_snapshot(self) -> None:
+        """Order everything after this call behind the snapshot's copies (CUDA; a no-op on CPU)."""
+        if self._snapshot_pending is not None:
+            torch.cuda.current_stream(self.device).wait_event(self._snapshot_pending)
+            self._snapshot_pending.synchronize()  # the host reads the buffers next (restore)
+            self._snapshot_pending = None
 
     def restore(self) -> dict[str, float]:
         """Go back to the last `snapshot` (the snapshot is kept: it can be restored again)."""
         if self._snapshot is None:
             raise RuntimeError("restore() before any snapshot()")
         start = time.perf_counter()
+        self._await_snapshot()
         live = self._trained_tensors()
         with torch.no_grad():
             for name, saved in self._snapshot["tensors"].items():
-                live[name].copy_(saved)
+                live[name].copy_(saved, non_blocking=saved.is_pinned())
         # Clones: load_state_dict may keep the given tensors, and Adam updates its state in place.
         self.optimizer.load_state_dict(_clone_to_cpu(self._snapshot["optimizer"]))
         self.scheduler.load_state_dict(_clone_to_cpu(self._snapshot["scheduler"]))
+        self.precision.load_state_dict(self._snapshot["precision"])
         self.optimizer.zero_grad(set_to_none=False)
         self._after_weights_changed()
         return {"time_s": time.perf_counter() - start}
@@ -264,19 +365,35 @@ class TrainableRole(Role):
 
     # --- checkpoints ---------------------------------------------------------------------------
 
+    def _schedulers(self) -> dict[str, Any]:
+        # float16's loss scale is state too (exact resume); other dtypes keep the old layout.
+        scaler = {"scaler": self.precision} if self.precision.scaler is not None else {}
+        return {"sched": self.scheduler, **scaler}
+
     def save_checkpoint(self, directory: str, extra: Mapping[str, Any] | None = None) -> dict[str, float]:
         """Rank 0 writes model, optimizer and scheduler under `directory` (replicas are identical)."""
         start = time.perf_counter()
-        if self.rank == 0:
+        if self.sharded is not None:  # every worker is called and writes its shards
             os.makedirs(directory, exist_ok=True)
-            save_state(directory, modules={"model": self.model}, optimizers={"optim": self.optimizer},
-                       schedulers={"sched": self.scheduler}, extra=dict(extra or {}))
+            sharding.save_shards(directory, "model", self.model, self.optimizer)
+            if self.rank == 0:
+                save_state(directory, modules={}, schedulers=self._schedulers(), extra=dict(extra or {}))
+            torch.distributed.barrier()
+        elif self.rank == 0:
+            with self.artifacts.writing(directory) as local:  # a URL: written here, then uploaded
+                save_state(local, modules={"model": self.model}, optimizers={"optim": self.optimizer},
+                           schedulers=self._schedulers(), extra=dict(extra or {}))
         return {"time_s": time.perf_counter() - start}
 
     def load_checkpoint(self, directory: str) -> dict[str, Any]:
         """Every rank loads the same state; returns the checkpoint's `extra`."""
-        extra = load_state(directory, modules={"model": self.model}, optimizers={"optim": self.optimizer},
-                           schedulers={"sched": self.scheduler})
+        self._await_snapshot()
+        if self.sharded is not None:
+            sharding.load_shards(directory, "model", self.model, self.optimizer)
+            extra = load_state(directory, modules={}, schedulers=self._schedulers())
+        else:
+            extra = load_state(self.artifacts.stage(directory), modules={"model": self.model},
+                               optimizers={"optim": self.optimizer}, schedulers=self._schedulers())
         self.optimizer.zero_grad(set_to_none=False)
         self._after_weights_changed()
         return extra

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from engine.data import token_budget_batches
+from engine.packing import budget_batches
 
 Batch = dict[str, torch.Tensor]
 
@@ -98,11 +99,15 @@ def gather_response(per_position: torch.Tensor, prompt_lens: torch.Tensor, respo
     return per_position.gather(1, idx)
 
 
-def micro_batches(lengths: Sequence[int], *, dynamic: bool, max_tokens: int, size: int) -> list[list[int]]:
-    """Row indices per micro-batch: by token budget (`dynamic`, `engine.data.token_budget_batches`)
-    or `size` rows at a time."""
+def micro_batches(lengths: Sequence[int], *, dynamic: bool, max_tokens: int, size: int,
+                  packed: bool = False) -> list[list[int]]:
+    """Row indices per micro-batch: by token budget (`dynamic`: padded size with
+    `engine.data.token_budget_batches`, or real tokens when the rows are `packed`,
+    `engine.packing.budget_batches`) or `size` rows at a time."""
     if not lengths:
         return []
+    if dynamic and packed:
+        return budget_batches(lengths, max_tokens)
     if dynamic:
         return token_budget_batches(lengths, max_tokens)
     return [list(range(i, min(i + size, len(lengths)))) for i in range(0, len(lengths), max(1, size))]

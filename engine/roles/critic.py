@@ -13,9 +13,12 @@ from typing import Any
 
 import torch
 
+from engine import packing, sharding
 from engine.algos import masked_mean, value_loss
+from engine.artifacts import Artifacts
 from engine.config import PPOConfig
 from engine.models import load_value_model, token_values
+from engine.precision import Precision
 from engine.roles.actor import loss_weight, mini_batch_totals
 from engine.roles.base import MetricSums, TrainableRole, iter_micro_batches, pad_response
 from engine.roles.batch import Batch, gather_response, mini_batch_rows
@@ -33,17 +36,26 @@ class Critic(TrainableRole):
 
     def __init__(self, config: PPOConfig, model_path: str, *, total_steps: int, rank: int = 0,
                  world_size: int = 1, num_threads: int | None = None, seed: int = 0,
-                 use_gpu: bool = False) -> None:
-        super().__init__(rank=rank, world_size=world_size, num_threads=num_threads, seed=seed, use_gpu=use_gpu)
+                 use_gpu: bool = False, artifacts: Artifacts | None = None) -> None:
+        super().__init__(rank=rank, world_size=world_size, num_threads=num_threads, seed=seed, use_gpu=use_gpu,
+                         artifacts=artifacts)
         self.cfg = config
         model_cfg = dataclasses.replace(config.model, lora_adapter_path=None)
-        self.model = load_value_model(model_path, model_cfg, trainable=True).to(self.device)
+        self.model = load_value_model(self.artifacts.stage(model_path), model_cfg, trainable=True).to(self.device)
         self.optimizer = build_optimizer(self.model, config.critic.optim)
         self.scheduler = build_scheduler(self.optimizer, config.critic.optim, total_steps)
+        self.precision = Precision(config.model.dtype, self.device)
         self._init_grads()
+        self._strategy = (config.critic.strategy, config.critic.fsdp_config)
+        self._rebuild = lambda: self._build_optimizer(total_steps)
+
+    def _build_optimizer(self, total_steps: int) -> None:
+        self.optimizer = build_optimizer(self.model, self.cfg.critic.optim)
+        self.scheduler = build_scheduler(self.optimizer, self.cfg.critic.optim, total_steps)
 
     def _values(self, mb: Batch) -> torch.Tensor:
-        values = token_values(self.model, mb["input_ids"], mb["attention_mask"])
+        with self.precision.autocast():
+            values = token_values(self.model, mb["input_ids"], mb["attention_mask"])
         return gather_response(values, mb["prompt_lens"], mb["responses"].shape[1])
 
     @torch.no_grad()
@@ -54,10 +66,12 @@ class Critic(TrainableRole):
         width = batch["responses"].shape[1]
         out = torch.zeros(batch["responses"].shape, dtype=torch.float32)
         self.model.eval()
-        for index, mb in iter_micro_batches(batch, range(len(batch["input_ids"])), dynamic=c.use_dynamic_bsz,
-                                            max_tokens=c.ppo_max_token_len_per_gpu,
-                                            size=c.ppo_micro_batch_size_per_gpu, device=self.device):
-            out[index] = pad_response(self._values(mb), width).cpu()
+        with sharding.gathered(self.sharded):  # fsdp2: any number of forwards, no collectives
+            for index, mb in iter_micro_batches(batch, range(len(batch["input_ids"])), dynamic=c.use_dynamic_bsz,
+                                                max_tokens=c.ppo_max_token_len_per_gpu,
+                                                size=c.ppo_micro_batch_size_per_gpu, device=self.device,
+                                                packed=packing.enabled(self.model)):
+                out[index] = pad_response(self._values(mb), width).cpu()
         return {"values": out, "time_s": time.perf_counter() - start}
 
     def update_critic(self, batch: Batch, mini_sizes: Sequence[int]) -> dict[str, Any]:
@@ -77,14 +91,19 @@ class Critic(TrainableRole):
         self.model.train()
         for _ in range(epochs):
             for rows, total in zip(bounds, totals):
-                for _, mb in iter_micro_batches(batch, rows, dynamic=c.use_dynamic_bsz,
-                                                max_tokens=c.ppo_max_token_len_per_gpu,
-                                                size=c.ppo_micro_batch_size_per_gpu, device=self.device):
+                kw = {"dynamic": c.use_dynamic_bsz, "max_tokens": c.ppo_max_token_len_per_gpu,
+                      "size": c.ppo_micro_batch_size_per_gpu, "device": self.device,
+                      "packed": packing.enabled(self.model)}
+                micro = list(iter_micro_batches(batch, rows, **kw))
+                for (_, mb), real in self._lockstep(micro, batch, rows, **kw):
+                    if not real:  # fsdp2: a filler keeps the collectives in step and adds nothing
+                        (self._values(mb).sum() * 0.0).backward()
+                        continue
                     mask = mb["response_mask"]
                     vpreds = self._values(mb)
                     loss, m = value_loss(vpreds, mb["values"], mb["returns"], mask, c.cliprange_value,
                                          c.loss_agg_mode)
-                    (loss * loss_weight(mask, c.loss_agg_mode, width) / max(total, 1e-8)).backward()
+                    self.precision.backward(loss * loss_weight(mask, c.loss_agg_mode, width) / max(total, 1e-8))
                     tokens = float(mask.sum())
                     sums.add("critic/vf_loss", float(loss.detach()), tokens)
                     sums.add("critic/vf_clipfrac", m["vf_clipfrac"], tokens)
@@ -97,6 +116,7 @@ class Critic(TrainableRole):
             if nonfinite:
                 break
         sums.add("critic/lr", self.current_lr())
+        sums.add("perf/critic_state_bytes_per_worker", self.state_bytes())
         if not nonfinite:
             self.scheduler.step()
         return {"metrics": sums.sums, "nonfinite": nonfinite, "time_s": time.perf_counter() - start}

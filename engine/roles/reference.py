@@ -10,6 +10,7 @@ import dataclasses
 import time
 from typing import Any
 
+from engine.artifacts import Artifacts
 from engine.config import PPOConfig
 from engine.models import load_policy
 from engine.roles.base import Role, batched_log_probs
@@ -20,12 +21,14 @@ class Reference(Role):
     """A frozen copy of the policy at `model_path` (no adapter)."""
 
     def __init__(self, config: PPOConfig, model_path: str, *, rank: int = 0, world_size: int = 1,
-                 num_threads: int | None = None, seed: int = 0, use_gpu: bool = False) -> None:
-        super().__init__(rank=rank, world_size=world_size, num_threads=num_threads, seed=seed, use_gpu=use_gpu)
+                 num_threads: int | None = None, seed: int = 0, use_gpu: bool = False,
+                 artifacts: Artifacts | None = None) -> None:
+        super().__init__(rank=rank, world_size=world_size, num_threads=num_threads, seed=seed, use_gpu=use_gpu,
+                         artifacts=artifacts)
         self.cfg = config
         model_cfg = dataclasses.replace(config.model, lora_rank=0, lora_adapter_path=None,
                                         enable_gradient_checkpointing=False)
-        self.model = load_policy(model_path, model_cfg, trainable=False).to(self.device)
+        self.model = load_policy(self.artifacts.stage(model_path), model_cfg, trainable=False).to(self.device)
 
     def compute_ref_log_prob(self, batch: Batch) -> dict[str, Any]:
         """`log_probs`: `(batch, R)` response log-probs under the reference policy."""

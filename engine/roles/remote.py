@@ -10,8 +10,9 @@
 - separate: one placement group per role and one process per worker of each role, each a whole
   bundle, so the roles run concurrently.
 
-Every placement group is STRICT_PACK: data-parallel workers meet on 127.0.0.1
-(`engine.distributed`). With `num_workers > 1` the workers of each trained role (actor, critic)
+Every placement group uses the job's `resources.placement` (PACK by default; SPREAD or
+STRICT_SPREAD put the workers on several nodes): data-parallel workers meet at the rank-0 worker's
+node address (`engine.distributed.rendezvous`). With `num_workers > 1` the workers of each trained role (actor, critic)
 form a torch.distributed group (colocated: the processes form one group that both roles use; the
 driver submits to every worker in the same order, so collectives line up). Nothing here blocks per
 call: `RoleGroup.submit` returns object refs and the driver gathers them once per phase.
@@ -20,18 +21,21 @@ call: `RoleGroup.submit` returns object refs and the driver gathers them once pe
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import ray
-from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+try:
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+except ImportError:  # the in-process executor (engine.roles.local) needs only `RoleSpec` from here
+    ray = None
 
+from engine.cluster import code_options
 from engine.config import Resources
-from engine.distributed import WorkerLost
+from engine.distributed import WorkerLost, placement_strategy
 from engine.errors import EngineError
 from engine.roles.actor import ActorRollout
 from engine.roles.critic import Critic
@@ -56,18 +60,26 @@ class Colocated:
     def ready(self) -> bool:
         return True
 
-    def free_port(self) -> int:
-        return self.first.free_port()
+    def rendezvous(self) -> tuple[str, int]:
+        return self.first.rendezvous()
 
-    def init_process_group(self, port: int) -> None:
-        self.first.init_process_group(port)  # one group per process, shared by its roles
+    def node(self) -> dict[str, Any]:
+        return self.first.node()
+
+    def init_process_group(self, endpoint: tuple[str, int]) -> None:
+        self.first.init_process_group(endpoint)  # one group per process, shared by its roles
+        if self.first.world_size > 1:
+            for role in self.roles.values():
+                if role is not self.first:
+                    role.after_process_group()  # e.g. fsdp2 sharding over the shared group
 
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self.roles[role], method)(*args, **kwargs)
 
 
-REMOTE_CLASSES: dict[type, Any] = {cls: ray.remote(cls)
-                                   for cls in (ActorRollout, Critic, Reference, Reward, Colocated)}
+REMOTE_CLASSES: dict[type, Any] = ({cls: ray.remote(cls)
+                                    for cls in (ActorRollout, Critic, Reference, Reward, Colocated)}
+                                   if ray is not None else {})
 """Each role class (and the colocated host) wrapped with `ray.remote`, once."""
 
 
@@ -146,18 +158,6 @@ def _usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _runtime_env() -> dict[str, Any]:
-    """Actor options that let workers import `engine` from where this process does. Not needed when
-    the package is installed, and then left out: workers Ray has already started can be reused."""
-    try:
-        importlib.metadata.distribution("keel-rlhf")
-        return {}
-    except importlib.metadata.PackageNotFoundError:
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-        return {"runtime_env": {"env_vars": {"PYTHONPATH": pythonpath}}}
-
-
 class RoleCluster:
     """Start, place and join the workers of all roles; `shutdown` kills them and frees the resources.
 
@@ -171,6 +171,9 @@ class RoleCluster:
         self.groups: dict[str, RoleGroup] = {}
         self._pgs: list[Any] = []
         self._handles: list[Any] = []
+        if ray is None:
+            raise EngineError("resources.executor 'ray' needs Ray installed; 'local' runs without it",
+                              code="invalid_config", param="resources.executor")
         try:
             self._start(specs, resources, startup_timeout_s)
         except BaseException:
@@ -183,23 +186,27 @@ class RoleCluster:
     def __contains__(self, name: str) -> bool:
         return name in self.groups
 
+    def get(self, refs: Sequence[Any], timeout: float | None = None) -> list[Any]:
+        """`get` below: the driver gathers through its cluster, whichever executor built it."""
+        return get(refs, timeout)
+
     def _start(self, specs: Sequence[RoleSpec], resources: Resources, timeout: float) -> None:
         cpus, gpus, workers = resources.cpus_per_worker, resources.gpus_per_worker, resources.num_workers
         bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
+        strategy = placement_strategy(resources)
         if resources.colocate:
-            self._pgs.append(placement_group([dict(bundle) for _ in range(workers)], strategy="STRICT_PACK"))
+            self._pgs.append(placement_group([dict(bundle) for _ in range(workers)], strategy=strategy))
         else:
             for spec in specs:
                 own = {"CPU": cpus, **({"GPU": gpus} if gpus and spec.uses_gpu else {})}
-                self._pgs.append(placement_group([dict(own) for _ in range(spec.num_workers)],
-                                                 strategy="STRICT_PACK"))
+                self._pgs.append(placement_group([dict(own) for _ in range(spec.num_workers)], strategy=strategy))
         try:
             ray.get([pg.ready() for pg in self._pgs], timeout=timeout)
         except ray.exceptions.GetTimeoutError:
             raise EngineError(f"could not reserve the PPO roles' resources within {timeout:.0f}s "
                               f"({workers} x {bundle}, colocate={resources.colocate})",
                               code="resources_unavailable") from None
-        env = _runtime_env()
+        env = code_options()
 
         def options(pg: Any, index: int, num_gpus: float) -> dict[str, Any]:
             return dict(num_cpus=cpus, num_gpus=num_gpus, **env, scheduling_strategy=PlacementGroupSchedulingStrategy(
@@ -235,12 +242,18 @@ class RoleCluster:
         self._handles = handles
         try:
             get([h.ready.remote() for h in handles], timeout=timeout)
-            ports = get([g.workers[0].free_port.remote() for g in parallel], timeout=timeout)
-            get([w.init_process_group.remote(port) for g, port in zip(parallel, ports) for w in g.workers],
-                timeout=timeout)
+            endpoints = get([g.workers[0].rendezvous.remote() for g in parallel], timeout=timeout)
+            get([w.init_process_group.remote(endpoint) for g, endpoint in zip(parallel, endpoints)
+                 for w in g.workers], timeout=timeout)
         except ray.exceptions.GetTimeoutError:
             raise EngineError(f"the PPO role workers did not start within {timeout:.0f}s",
                               code="resources_unavailable") from None
+
+    def placement(self) -> list[dict[str, Any]]:
+        """`{role, rank, node_id, node_ip, hostname, pid}` of every role worker (`job.placement`)."""
+        names = [(name, rank) for name, group in self.groups.items() for rank in range(len(group))]
+        wheres = get([self.groups[name].workers[rank].node.remote() for name, rank in names])
+        return [{"role": name, "rank": rank, **where} for (name, rank), where in zip(names, wheres)]
 
     def shutdown(self) -> None:
         """Kill every worker and release the placement groups (idempotent)."""

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from engine import packing
+from engine.artifacts import Artifacts
 from engine.config import PPOConfig
 from engine.data import prompt_token_ids, response_token_ids
 from engine.models import load_reward_model, load_tokenizer, reward_scores
@@ -36,11 +38,15 @@ class Reward(Role):
     def __init__(self, config: PPOConfig, *, tokenizer_path: str, model_path: str | None = None,
                  functions: Mapping[str, RewardFn] | None = None, function: str | None = None,
                  options: Mapping[str, Any] | None = None, rank: int = 0, world_size: int = 1,
-                 num_threads: int | None = None, seed: int = 0, use_gpu: bool = False) -> None:
-        super().__init__(rank=rank, world_size=world_size, num_threads=num_threads, seed=seed, use_gpu=use_gpu)
+                 num_threads: int | None = None, seed: int = 0, use_gpu: bool = False,
+                 artifacts: Artifacts | None = None) -> None:
+        super().__init__(rank=rank, world_size=world_size, num_threads=num_threads, seed=seed, use_gpu=use_gpu,
+                         artifacts=artifacts)
         if (model_path is None) == (functions is None):
             raise ValueError("give exactly one of model_path and functions")
         self.cfg = config
+        tokenizer_path = self.artifacts.stage(tokenizer_path)
+        model_path = self.artifacts.stage(model_path) if model_path is not None else None
         self.tokenizer = load_tokenizer(tokenizer_path)
         self.functions = dict(functions or {})
         self.function = function
@@ -49,8 +55,8 @@ class Reward(Role):
         if model_path is not None:
             from engine.config import ModelConfig
 
-            self.model = load_reward_model(model_path, ModelConfig(dtype=config.model.dtype),
-                                           trainable=False).to(self.device)
+            rm_cfg = ModelConfig(dtype=config.model.dtype, use_remove_padding=config.model.use_remove_padding)
+            self.model = load_reward_model(model_path, rm_cfg, trainable=False).to(self.device)
             has_tokenizer = any(os.path.isfile(os.path.join(model_path, f))
                                 for f in ("tokenizer.json", "tokenizer_config.json"))
             self.rm_tokenizer = load_tokenizer(model_path) if has_tokenizer else self.tokenizer
@@ -59,7 +65,7 @@ class Reward(Role):
 
     def compute_scores(self, batch: Batch, meta: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """`scores`: `(batch,)` float32, one per row; `meta[i]` holds the row's `ground_truth`,
-        `data_source` and `prompt` (text)."""
+        `data_source`, `prompt` (text) and `conversation` (the prompt as given: text or chat list)."""
         start = time.perf_counter()
         scores = self._model_scores(batch, meta) if self.model is not None else self._rule_scores(batch, meta)
         return {"scores": scores, "time_s": time.perf_counter() - start}
@@ -88,7 +94,8 @@ class Reward(Role):
         out = torch.zeros(len(batch["input_ids"]), dtype=torch.float32)
         for index, mb in iter_micro_batches(batch, range(len(batch["input_ids"])), dynamic=a.use_dynamic_bsz,
                                             max_tokens=a.ppo_max_token_len_per_gpu,
-                                            size=a.ppo_micro_batch_size_per_gpu, device=self.device):
+                                            size=a.ppo_micro_batch_size_per_gpu, device=self.device,
+                                            packed=packing.enabled(self.model)):
             out[index] = reward_scores(self.model, mb["input_ids"], mb["attention_mask"]).cpu()
         return out
 
@@ -96,7 +103,8 @@ class Reward(Role):
         prompts, responses = [], []
         for ids, info in zip(self._responses(batch), meta):
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            prompts.append(prompt_token_ids(self.rm_tokenizer, info.get("prompt", "")))
+            # The whole conversation (system prompt, earlier turns), not only the last user message.
+            prompts.append(prompt_token_ids(self.rm_tokenizer, info.get("conversation") or info.get("prompt", "")))
             responses.append(response_token_ids(self.rm_tokenizer, text))
         return build_batch(prompts, responses, prompt_width=max(len(p) for p in prompts),
                            response_width=max(len(r) for r in responses), pad_id=self.rm_tokenizer.pad_token_id)

@@ -45,6 +45,13 @@ def test_resources_mirror_the_engine():
     assert H.Resources().model_dump() == E.config_to_dict(E.Resources())
 
 
+def test_local_executor_runs_one_worker():
+    assert H.Resources(executor="local").executor == "local"
+    with pytest.raises(ValidationError) as err:
+        H.Resources(executor="local", num_workers=2)
+    assert err.value.errors()[0]["loc"] == ("num_workers",)
+
+
 # Inputs the engine refuses: the API refuses them too, at the same dotted path.
 ENGINE_REFUSES = [
     ("ppo", {"actor": {"clip_ratio_c": 1.0}}),
@@ -61,6 +68,7 @@ ENGINE_REFUSES = [
     ("ppo", {"actor": {"use_kl_loss": 1}}),
     ("ppo", {"algorithm": {"kl_ctrl": {"target": 0.1}}}),
     ("ppo", {"guardrails": {"max_rollbacks": -1}}),
+    ("ppo", {"rollout": {"gpu_memory_utilization": 0.0}}),
     ("sft", {"micro_batch_size_per_gpu": 128}),
     ("sft", {"data": {"max_prompt_length": 0}}),
     ("reward_model", {"optim": {"betas": [0.9]}}),

@@ -85,13 +85,14 @@ def test_create_fills_in_defaults_with_verl_names(client, auth, db, files, dispa
                           "max_response_length": 2048, "max_length": 256, "truncation": "error", "shuffle": True}
     assert hp["optim"]["lr"] == 1e-4 and hp["optim"]["betas"] == [0.9, 0.999]
     assert hp["trainer"] == {"total_epochs": 1, "total_training_steps": 100, "save_freq": 20, "test_freq": 20,
-                             "critic_warmup": 0}
+                             "critic_warmup": 0, "max_duration_s": None}
     assert hp["model"]["lora_rank"] == 0 and hp["center_rewards_coefficient"] == 0.0
     assert hp["micro_batch_size_per_gpu"] == 2 and hp["max_token_len_per_gpu"] == 3072
     assert job["model"] == "org/name" and job["training_file"] == files["preference"]
     assert job["validation_file"] is None and job["output_model"] is None and job["error"] is None
     assert job["metadata"] == {"team": "align"} and job["seed"] == 0 and job["attempts"] == 0
-    assert job["resources"] == {"num_workers": 1, "cpus_per_worker": 1.0, "gpus_per_worker": 0.0, "colocate": True}
+    assert job["resources"] == {"num_workers": 1, "cpus_per_worker": 1.0, "gpus_per_worker": 0.0, "colocate": True,
+                                "placement": "pack", "executor": "ray"}
     assert job["queue_position"] == 1 and isinstance(job["created_at"], int)
     assert job["started_at"] is None and job["finished_at"] is None
     assert job["progress"] == {"step": None, "total_steps": None, "epoch": None, "seconds_remaining": None}
@@ -125,7 +126,8 @@ def test_create_every_method_with_its_own_defaults(client, auth, db, project_key
     assert hp["actor"]["clip_ratio_c"] == 3.0 and hp["rollout"]["n"] == 5 and hp["trainer"]["total_epochs"] == 3
     assert hp["algorithm"]["kl_ctrl"] == {"type": "adaptive", "kl_coef": 0.001, "target_kl": 0.1, "horizon": 10000}
     assert job["suffix"] == "gsm8k-v1" and job["seed"] == 7
-    assert job["resources"] == {"num_workers": 2, "cpus_per_worker": 1.0, "gpus_per_worker": 1.0, "colocate": True}
+    assert job["resources"] == {"num_workers": 2, "cpus_per_worker": 1.0, "gpus_per_worker": 1.0, "colocate": True,
+                                "placement": "pack", "executor": "ray"}
     assert db.get(Job, job["id"]).seed == 7
 
 
@@ -189,6 +191,8 @@ INVALID_RM = [
     ("metadata", {f"k{i}": "v" for i in range(17)}, 422, "invalid_request", "metadata"),
     ("resources.num_workers", 0, 422, "invalid_request", "resources.num_workers"),
     ("resources.gpus_per_worker", 1000, 422, "invalid_request", "resources.gpus_per_worker"),
+    ("resources.executor", "dask", 422, "invalid_request", "resources.executor"),
+    ("resources", {"executor": "local", "num_workers": 2}, 422, "invalid_request", "resources.num_workers"),
     ("model", "not a model", 422, "invalid_model", "model"),
     ("model", "/tmp/../etc", 422, "invalid_model", "model"),
     ("model", "/etc", 422, "invalid_model", "model"),

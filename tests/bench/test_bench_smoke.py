@@ -79,6 +79,20 @@ def test_reward_model(capsys, bench_out, one_thread):
     assert out["pairs_per_s"] > 0 and 0 < out["padding_efficiency"] <= 1 and 0 < out["mfu"] < 1
 
 
+def test_reward_model_packing_compare(capsys, bench_out, one_thread):
+    from bench import reward_model
+
+    reward_model.main(["--packing-compare", "--rounds", "1", "--steps", "3", "--batch-size", "4",
+                       "--max-length", "64", "--threads", "1", "--json"])
+    out = last_json(capsys.readouterr().out)
+    assert out["bench"] == "reward_model_packing" and out["rounds"] == 1
+    assert out["padding_efficiency"]["packed"]["median"] == 1.0
+    assert out["padding_efficiency"]["padded"]["median"] < 1.0
+    assert out["tokens_per_s_ratio"]["n"] == 1 and out["tokens_per_s_ratio"]["median"] > 0
+    # Same data, same seed: the packed and the padded run learn the same thing.
+    assert out["final_loss"]["packed"]["median"] == pytest.approx(out["final_loss"]["padded"]["median"], abs=1e-3)
+
+
 @pytest.mark.timeout(120)
 def test_ppo(bench_out):
     """In a subprocess: it starts (and stops) its own local Ray."""
@@ -93,3 +107,16 @@ def test_ppo(bench_out):
     assert out["tokens_per_s"] > 0 and out["generated_tokens"] > 0
     for phase in ("gen", "step", "update_actor", "update_critic", "reward"):
         assert phase in out["phases_s"], phase
+
+
+def test_ppo_step_cost(capsys, bench_out, one_thread):
+    """In process (no Ray): the snapshot's share of an update step, phase by phase."""
+    from bench import ppo
+
+    out = ppo.main(["--step-cost", "--repeat", "2", "--batch", "4", "--response-length", "8",
+                    "--prompt-length", "32", "--threads", "1", "--json"])
+    assert last_json(capsys.readouterr().out) == out
+    assert out["bench"] == "ppo.step_cost" and out["step_ms"]["n"] == 2
+    for phase in ("snapshot", "gen", "old_log_prob", "values", "update_critic", "update_actor"):
+        assert 0 < out[f"{phase}_ms"]["median"] < out["step_ms"]["max"], phase
+    assert 0 < out["snapshot_share"] < 1

@@ -115,3 +115,21 @@ def test_bernoulli_kl():
     direct = p * (p / q).log() + (1 - p) * ((1 - p) / (1 - q)).log()
     assert bernoulli_kl(t, s).double().tolist() == pytest.approx(direct.tolist(), rel=1e-4, abs=1e-6)
     assert (bernoulli_kl(t, s) >= 0).all()
+
+
+def test_teacher_cache_key_follows_the_teachers_content(demo_assets, teacher, tmp_path):
+    """Retrained teacher weights keep their file names and sizes: the cached scores must not be reused."""
+    import shutil
+
+    from engine.reward_model import _teacher_fingerprint
+
+    copy = tmp_path / "teacher"
+    shutil.copytree(teacher, copy)
+    request = dataclasses.replace(distill_request(demo_assets, str(copy), tmp_path), teacher_path=str(copy))
+    before = _teacher_fingerprint(request)
+    assert _teacher_fingerprint(request) == before
+    weights = next(copy.glob("*.safetensors"))
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # one byte of the last tensor: same size, other weights
+    weights.write_bytes(bytes(data))
+    assert _teacher_fingerprint(request) != before

@@ -242,10 +242,14 @@ def test_dtype_and_gradient_checkpointing(demo_assets, batch, lora_rank):
     cfg = ModelConfig(dtype="bfloat16", enable_gradient_checkpointing=True, lora_rank=lora_rank)
     policy = load_policy(demo_assets["small_model"], cfg)
     base = policy.get_base_model() if lora_rank else policy
-    # peft keeps adapter weights in float32 (stabler updates); the base weights are bfloat16.
-    assert {p.dtype for n, p in policy.named_parameters() if "lora_" not in n} == {torch.bfloat16}
+    # Trained weights are float32 masters (engine.precision); a frozen LoRA base is held in bf16.
+    assert {p.dtype for p in policy.parameters() if p.requires_grad} == {torch.float32}
+    assert {p.dtype for p in policy.parameters() if not p.requires_grad} <= {torch.bfloat16}
     assert getattr(base, "is_activation_checkpointing", None) or base.is_gradient_checkpointing
-    policy(input_ids=ids, attention_mask=mask).logits.float().mean().backward()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = policy(input_ids=ids, attention_mask=mask).logits
+    assert logits.dtype == torch.bfloat16
+    logits.float().mean().backward()
     trainable = [p for p in policy.parameters() if p.requires_grad]
     # (LoRA's B starts at zero, so A's first gradient is zero: require every grad, and some non-zero.)
     assert trainable and all(p.grad is not None for p in trainable)
@@ -332,3 +336,25 @@ def test_lora_reward_model_trains_score_and_matches_hf(demo_assets, tok, batch, 
             demo_assets["model"], num_labels=1, pad_token_id=tok.pad_token_id, use_safetensors=True)
         adapted = PeftModel.from_pretrained(base, tmp_path / "rm" / "adapter")
         torch.testing.assert_close(adapted(input_ids=ids, attention_mask=mask).logits.squeeze(-1), want)
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_reward_scores_read_where_hf_reads_when_pad_is_eos(demo_assets, tok, packed, tmp_path):
+    """With pad == eos, Hugging Face scores the token before a trailing eos: so does Keel, packed or not."""
+    from transformers import AutoModelForSequenceClassification
+
+    torch.manual_seed(0)
+    rm = load_reward_model(demo_assets["model"], ModelConfig(use_remove_padding=packed))
+    eos = tok.eos_token_id
+    rm.config.pad_token_id = eos
+    rows = load_rows(demo_assets["preference_val"], "preference")[:3]
+    seqs = [tok(r["prompt"] + r["chosen"])["input_ids"][:20 + 5 * i] + [eos] for i, r in enumerate(rows)]
+    ids, mask = pad(seqs, eos)
+    rm.eval()
+    with torch.no_grad():
+        scores = reward_scores(rm, ids, mask)
+        save_model(rm, tok, tmp_path / "rm")
+        hf = AutoModelForSequenceClassification.from_pretrained(tmp_path / "rm", use_safetensors=True)
+        assert hf.config.pad_token_id == eos
+        torch.testing.assert_close(hf(input_ids=ids, attention_mask=mask).logits.squeeze(-1), scores,
+                                   atol=1e-5, rtol=1e-4)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
 
 from engine.config import GuardrailConfig
-from engine.guardrails import ReplayBuffer, judge_step, overfit_gap, reward_filter_mask
+from engine.guardrails import ReplayBuffer, judge_step, overfit_gap
 
 
 def test_judge_step():
@@ -20,16 +19,6 @@ def test_judge_step():
     nan = judge_step(0.0, ["actor"], cfg)
     assert nan.action == "rollback" and nan.evidence["nonfinite"] == ["actor"]
     assert judge_step(math.nan, [], cfg).action == "rollback"
-
-
-def test_reward_filter_drops_the_middle():
-    scores = torch.tensor([0.5, 0.1, 0.9, 0.4, 0.6, 0.0, 1.0, 0.45])
-    keep = reward_filter_mask(scores, 0.5)
-    assert keep.sum() == 4
-    kept = sorted(scores[keep].tolist())
-    assert kept == pytest.approx([0.0, 0.1, 0.9, 1.0])  # the extremes stay
-    assert reward_filter_mask(scores, 0.0).all()
-    assert reward_filter_mask(torch.tensor([1.0, 2.0]), 0.9).all()  # the best and the worst always stay
 
 
 def test_replay_buffer_keeps_the_newest_and_replays_once():

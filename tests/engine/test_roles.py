@@ -239,3 +239,23 @@ def test_reward_model_with_another_tokenizer_rescores_the_text(demo_assets, acto
     meta = [{"prompt": p.text} for p in prompts[:3]]
     scores = reward.compute_scores(batch, meta)["scores"]
     assert scores.shape == (3,) and torch.isfinite(scores).all()
+
+
+def test_retokenizing_for_another_vocabulary_keeps_the_whole_conversation(demo_assets, actor, prompts, tmp_path):
+    from engine.data import tokenize_prompts
+    from engine.models import load_reward_model, load_tokenizer, save_model
+    from engine.roles.reward import Reward
+
+    torch.manual_seed(0)
+    other = load_tokenizer(demo_assets["model"])
+    other.add_tokens(["<rm-only>"])
+    save_model(load_reward_model(demo_assets["model"], ModelConfig()), other, tmp_path / "rm")
+    reward = Reward(config(), tokenizer_path=demo_assets["model"], model_path=str(tmp_path / "rm"))
+    chat = [{"role": "system", "content": "answer tersely"}, {"role": "user", "content": "what is 2 + 2"},
+            {"role": "assistant", "content": "4"}, {"role": "user", "content": "and 3 + 3"}]
+    example = tokenize_prompts([{"prompt": chat}], load_tokenizer(demo_assets["model"]), 64, "left")[0]
+    assert example.text == "and 3 + 3" and example.conversation == chat
+    batch = rollout(actor, prompts[:1])
+    scored = reward._retokenize(batch, [{"prompt": example.text, "conversation": example.conversation}])
+    text = other.decode(scored["input_ids"][0][scored["attention_mask"][0].bool()])
+    assert "answer tersely" in text and "what is 2 + 2" in text and "and 3 + 3" in text

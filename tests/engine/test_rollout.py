@@ -3,8 +3,6 @@ counter-based sampler."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -111,72 +109,3 @@ def test_vllm_is_not_imported_by_the_module():
     import engine.rollout  # noqa: F401
 
     assert "vllm" not in sys.modules
-
-
-def test_vllm_backend_against_a_fake_engine(monkeypatch, policy):
-    """The vllm backend's calls (sampling params, per-row seeds, weight and adapter sync), checked
-    against a stand-in for the `vllm` package (the real one needs a GPU)."""
-    import sys
-    import types
-
-    from peft import LoraConfig, get_peft_model
-
-    from engine.rollout import VLLMRollout
-
-    calls: dict[str, list] = {"init": [], "generate": [], "load_weights": [], "lora": []}
-
-    class FakeModel:
-        def load_weights(self, weights):
-            calls["load_weights"].append([name for name, _ in weights])
-
-    class FakeLLM:
-        def __init__(self, **kwargs):
-            calls["init"].append(kwargs)
-            runner = types.SimpleNamespace(model=FakeModel())
-            worker = types.SimpleNamespace(worker=types.SimpleNamespace(model_runner=runner))
-            self.llm_engine = types.SimpleNamespace(model_executor=types.SimpleNamespace(driver_worker=worker))
-
-        def generate(self, prompts, sampling, lora_request=None, use_tqdm=True):
-            calls["generate"].append((prompts, sampling, lora_request))
-            return [types.SimpleNamespace(outputs=[types.SimpleNamespace(token_ids=p["prompt_token_ids"][::-1])])
-                    for p in prompts]
-
-    def lora_request(name, lora_id, path):
-        calls["lora"].append((name, lora_id, path))
-        return (name, lora_id, path)
-
-    vllm = types.ModuleType("vllm")
-    vllm.LLM = FakeLLM
-    vllm.SamplingParams = lambda **kw: kw
-    inputs = types.ModuleType("vllm.inputs")
-    inputs.TokensPrompt = lambda prompt_token_ids: {"prompt_token_ids": prompt_token_ids}
-    lora = types.ModuleType("vllm.lora")
-    request = types.ModuleType("vllm.lora.request")
-    request.LoRARequest = lora_request
-    for name, module in {"vllm": vllm, "vllm.inputs": inputs, "vllm.lora": lora, "vllm.lora.request": request}.items():
-        monkeypatch.setitem(sys.modules, name, module)
-
-    model = policy[0]
-    backend = VLLMRollout("/models/policy", dtype="float32", lora_rank=0, max_model_len=64, seed=3)
-    assert calls["init"][0]["model"] == "/models/policy" and not calls["init"][0]["enable_lora"]
-    out = backend.generate([[1, 2, 3], [4]], [11, 12], SamplingParams(max_new_tokens=5, do_sample=False))
-    assert out == [[3, 2, 1], [4]]
-    sampling = calls["generate"][0][1]
-    assert [s["seed"] for s in sampling] == [11, 12] and all(s["temperature"] == 0.0 for s in sampling)
-    assert all(s["max_tokens"] == 5 and s["top_k"] == -1 for s in sampling)
-    backend.sync_weights(model)
-    assert calls["load_weights"][0] == list(model.state_dict())
-
-    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
-    try:
-        backend = VLLMRollout("/models/policy", dtype="float32", lora_rank=4, max_model_len=64, seed=3)
-        assert calls["init"][1]["enable_lora"]
-        backend.sync_weights(peft_model)
-        backend.sync_weights(peft_model)
-        assert [c[1] for c in calls["lora"]] == [1, 2]  # a new adapter version after each update
-        assert all((Path(c[2]) / "adapter_config.json").is_file() for c in calls["lora"])
-        assert len(calls["load_weights"]) == 1  # adapter only: no full weight push
-        backend.generate([[1]], [0], SamplingParams(max_new_tokens=2))
-        assert calls["generate"][-1][2] == calls["lora"][-1]
-    finally:
-        peft_model.unload()

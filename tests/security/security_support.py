@@ -16,8 +16,11 @@ from types import ModuleType
 from sqlalchemy import update
 
 ROOT = Path(__file__).resolve().parents[2]
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/redoc", "/openapi.json"})
-"""The routes that answer without a key; the docs' static assets (a mount) are public too."""
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/redoc", "/openapi.json", "/metrics"})
+"""The routes that answer without a key (`/metrics` takes KEEL_METRICS_TOKEN instead, when set); the
+docs' static assets (a mount) are public too."""
+ADMIN_PREFIX = "/v1/keys"
+"""Routes for admin keys only (a project key gets 403): tests/api/test_keys_routes.py covers them."""
 DOCS_ASSETS_PREFIX = "/docs-assets"
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 

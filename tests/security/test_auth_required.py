@@ -40,8 +40,18 @@ def test_the_route_list_is_the_whole_app():
     assert enumerated == documented
     hidden = {(r.method, r.path) for r in iter_routes(live_app) if not r.in_schema}
     assert hidden == {("GET", "/openapi.json"), ("HEAD", "/openapi.json"), ("GET", "/docs"), ("GET", "/redoc"),
-                      ("*", "/docs-assets")}
+                      ("*", "/docs-assets"), ("GET", "/metrics")}
     assert len(PROTECTED) >= 17 and all(r.path.startswith("/v1/") for r in PROTECTED)
+
+
+@pytest.fixture
+def admin_auth(project_key) -> dict[str, str]:
+    from core.db import session_scope
+    from core.models import Project
+    from core.security import create_api_key
+
+    with session_scope() as db:
+        return {"Authorization": f"Bearer {create_api_key(db, db.get(Project, project_key[0]), admin=True)}"}
 
 
 @pytest.fixture(scope="module")
@@ -84,16 +94,18 @@ def test_a_revoked_key_is_401(client, revoked_key, route):
 
 
 @pytest.mark.parametrize("route", PROTECTED, ids=[f"{r.method} {r.path}" for r in PROTECTED])
-def test_a_valid_key_gets_past_authentication(client, auth, route):
-    """The control: the same requests with a key are never a 401 (a 404 or 422 for the dummy ids)."""
+def test_a_valid_key_gets_past_authentication(client, auth, admin_auth, route):
+    """The control: the same requests with a key are never a 401 (a 404 or 422 for the dummy ids);
+    the admin routes take an admin key."""
     kwargs = {"json": {}} if route.method == "POST" and route.path == "/v1/jobs" else {}
-    r = client.request(route.method, url_of(route.path), headers=auth, **kwargs)
+    headers = admin_auth if route.path.startswith(security_support.ADMIN_PREFIX) else auth
+    r = client.request(route.method, url_of(route.path), headers=headers, **kwargs)
     assert r.status_code not in (401, 403, 500), r.text
 
 
 def test_the_public_routes_answer_without_a_key(client):
     public = [r for r in ROUTES if is_public(r)]
-    assert {r.path for r in public} == {"/healthz", "/readyz", "/docs", "/redoc", "/openapi.json"}
+    assert {r.path for r in public} == {"/healthz", "/readyz", "/docs", "/redoc", "/openapi.json", "/metrics"}
     for route in public:
         r = client.request(route.method, route.path)
         assert r.status_code in (200, 503), (route, r.status_code)  # readyz: 503 names what is down

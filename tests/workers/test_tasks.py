@@ -8,6 +8,7 @@ import pytest
 from factories import add_file, add_job, add_running_job, events_of, get_job
 from sqlalchemy import update
 
+from core.capacity import Admission
 from core.db import session_scope
 from core.models import Job, utcnow
 from workers import tasks
@@ -16,7 +17,11 @@ from workers.tasks import claim_job, output_model_name, run_job
 
 @pytest.fixture(autouse=True)
 def no_ray(monkeypatch):
+    """Nothing here reaches Ray: joining it, publishing its capacity and the claim-time capacity
+    check (a cluster with room) are stubbed."""
     monkeypatch.setattr(tasks, "connect", lambda *a, **kw: None)
+    monkeypatch.setattr(tasks, "start_publisher", lambda: None)
+    monkeypatch.setattr(tasks, "claim_check", lambda job_id, spec: Admission("ok"))
 
 
 def test_ray_unreachable_leaves_the_job_queued_without_spending_an_attempt(project_id, monkeypatch):

@@ -117,3 +117,19 @@ def test_match_per_row_loops(seed):
                                                                               abs=1e-5)
     got = compute_reinforce_plus_plus_baseline_advantages(rewards, mask, index)[0]
     assert got == pytest.approx(_loop_rfpp_baseline(rewards, mask, index), abs=1e-5)
+
+
+def test_overlong_penalty_is_linear_in_the_buffer():
+    from engine.algos import overlong_penalty
+
+    lengths = torch.tensor([10, 12, 14, 16])
+    penalty = overlong_penalty(lengths, max_response_length=16, buffer_len=4, penalty_factor=2.0)
+    assert penalty.tolist() == [0.0, 0.0, -1.0, -2.0]  # free up to 12, -2 at the limit
+
+
+def test_group_has_signal_drops_groups_that_all_tie():
+    from engine.algos import group_has_signal
+
+    scores = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.5, 0.5, 7.0])
+    keep = group_has_signal(scores, ["a", "a", "b", "b", "c", "c", "d"])
+    assert keep.tolist() == [False, False, True, True, False, False, False]

@@ -1,0 +1,41 @@
+"""The database's clock: liveness is judged on one clock, the database server's, never a host's.
+
+A heartbeat written as `db_now_sql()` and a sweeper that compares it with `db_now()` agree however
+far the workers' and the sweepers' wall clocks drift (NTP off, a VM resumed from a snapshot).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import DateTime, select
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.functions import FunctionElement
+
+
+class db_now_sql(FunctionElement):
+    """The database server's current time as an SQL expression (a value for an UPDATE's SET)."""
+
+    type = DateTime(timezone=True)
+    inherit_cache = True
+    name = "db_now"
+
+
+@compiles(db_now_sql)
+def _db_now_default(element, compiler, **kw) -> str:
+    return "now()"
+
+
+@compiles(db_now_sql, "sqlite")
+def _db_now_sqlite(element, compiler, **kw) -> str:
+    # SQLite's 'now' is UTC; this text sorts and parses like the values SQLAlchemy itself stores.
+    return "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+
+
+def db_now(db: Session) -> datetime:
+    """The database server's current time (aware, UTC)."""
+    value = db.scalar(select(db_now_sql()))
+    if isinstance(value, str):  # SQLite hands back the text
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)

@@ -1,0 +1,107 @@
+"""A PPO step's experience between generation and the update: reward shaping (DAPO's overlong
+buffer), dynamic sampling's group selection, and the advantage estimator the job chose.
+
+Rollouts are the dicts `PPOTrainer._rollout_phase` returns: `batch` (a `Batch`), per-row tensors
+`old`, `ref`, `values` (None without a critic), `scores`, and `uids` (prompt id per row), `prompts`,
+`new_rows`, `replayed`, `timing`. No Ray, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from engine.algos import (
+    compute_gae,
+    compute_grpo_advantages,
+    compute_reinforce_plus_plus_advantages,
+    compute_reinforce_plus_plus_baseline_advantages,
+    compute_remax_advantages,
+    compute_rloo_advantages,
+    group_has_signal,
+    overlong_penalty,
+)
+from engine.config import AlgorithmConfig, PPOConfig
+from engine.roles.batch import concat, select
+
+_ROW_TENSORS = ("old", "ref", "values", "scores", "baselines", "overlong")
+
+
+def shape_scores(scores: torch.Tensor, response_lengths: torch.Tensor, cfg: PPOConfig) -> tuple[torch.Tensor,
+                                                                                               torch.Tensor | None]:
+    """`(scores, penalty)`: the scores with the overlong penalty added when it is enabled (else the
+    scores as they are and None)."""
+    buffer = cfg.reward.overlong_buffer
+    if not buffer.enable:
+        return scores, None
+    penalty = overlong_penalty(response_lengths, cfg.data.max_response_length, buffer.len, buffer.penalty_factor)
+    return scores + penalty.to(scores.dtype), penalty
+
+
+def merge(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Several generation batches as one rollout; prompt ids stay distinct across parts."""
+    if len(parts) == 1:
+        return parts[0]
+    uids: list[Any] = []
+    for k, part in enumerate(parts):
+        uids += [(k, uid) for uid in part["uids"]]
+    out = {"batch": concat([p["batch"] for p in parts]), "uids": uids,
+           "prompts": [row for p in parts for row in p["prompts"]],
+           "new_rows": sum(p["new_rows"] for p in parts), "replayed": 0,
+           "timing": {k: sum(p["timing"].get(k, 0.0) for p in parts) for k in parts[0]["timing"]}}
+    for key in _ROW_TENSORS:
+        out[key] = torch.cat([p[key] for p in parts]) if parts[0].get(key) is not None else None
+    return out
+
+
+def take_rows(rollout: dict[str, Any], rows: Sequence[int]) -> dict[str, Any]:
+    """The rollout restricted to `rows` (new rows only: dynamic sampling runs without replay)."""
+    index = torch.as_tensor(list(rows), dtype=torch.long)
+    out = {**rollout, "batch": select(rollout["batch"], index), "uids": [rollout["uids"][i] for i in rows],
+           "prompts": [rollout["prompts"][i] for i in rows], "new_rows": len(rows)}
+    for key in _ROW_TENSORS:
+        if rollout.get(key) is not None:
+            out[key] = rollout[key][index]
+    return out
+
+
+def informative_rows(rollout: dict[str, Any], num_groups: int) -> tuple[list[int], int]:
+    """DAPO dynamic sampling: `(rows, informative groups)` for a batch of `num_groups` prompts, taking
+    groups whose scores differ first (in generation order), then, if there are too few of those,
+    groups that all tied (they add no policy-gradient signal under a group estimator, but keep the
+    batch its configured size)."""
+    signal = group_has_signal(rollout["scores"], rollout["uids"]).tolist()
+    groups: dict[Any, list[int]] = {}
+    for row, uid in enumerate(rollout["uids"]):
+        groups.setdefault(uid, []).append(row)
+    good = [rows for rows in groups.values() if signal[rows[0]]]
+    rest = [rows for rows in groups.values() if not signal[rows[0]]]
+    chosen = (good + rest)[:num_groups]
+    return [row for rows in chosen for row in rows], min(len(good), num_groups)
+
+
+def advantages(algo: AlgorithmConfig, rewards: torch.Tensor, response_mask: torch.Tensor, keep: torch.Tensor,
+               rollout: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(advantages, returns)` of `algo.adv_estimator`, each `(batch, response_len)`.
+
+    `rewards` are the token-level rewards (score on the last token, minus the KL penalty when it is
+    in the reward); `keep` `(batch,)` is False for rows the reward filter dropped: GAE whitens over
+    the kept rows only, the critic-free estimators zero the dropped rows after."""
+    name, uids = algo.adv_estimator, rollout["uids"]
+    if name == "gae":
+        return compute_gae(rewards, rollout["values"], response_mask * keep[:, None], algo.gamma, algo.lam)
+    if name == "grpo":
+        adv, ret = compute_grpo_advantages(rewards, response_mask, uids, norm_by_std=algo.norm_adv_by_std_in_grpo)
+    elif name == "rloo":
+        adv, ret = compute_rloo_advantages(rewards, response_mask, uids)
+    elif name == "reinforce_plus_plus":
+        adv, ret = compute_reinforce_plus_plus_advantages(rewards, response_mask, algo.gamma)
+    elif name == "reinforce_plus_plus_baseline":
+        adv, ret = compute_reinforce_plus_plus_baseline_advantages(rewards, response_mask, uids)
+    elif name == "remax":
+        adv, ret = compute_remax_advantages(rewards, rollout["baselines"].to(rewards.dtype), response_mask)
+    else:
+        raise ValueError(f"unknown adv_estimator {name!r}")
+    return adv * keep[:, None], ret * keep[:, None]
