@@ -215,6 +215,28 @@ class Artifacts:
             shutil.rmtree(scratch, ignore_errors=True)
 
     @contextlib.contextmanager
+    def adding(self, ref: str, *, marker: str | None = None) -> Iterator[str]:
+        """Like `writing`, but the files join what `ref` already holds (several writers fill one
+        directory: fsdp2 workers each add their shards); `marker`, if given, is added last."""
+        if not is_remote(ref):
+            os.makedirs(ref, exist_ok=True)
+            yield ref
+            if marker is not None:
+                self.put_marker(ref, marker)
+            return
+        scratch = self._scratch()
+        try:
+            yield scratch
+            fs, path = self._fs(ref)
+            files = [os.path.join(d, n) for d, _, names in os.walk(scratch) for n in sorted(names)]
+            if files:
+                fs.put(files, [f"{path}/{os.path.relpath(f, scratch).replace(os.sep, '/')}" for f in files])
+            if marker is not None:
+                self.put_marker(ref, marker)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    @contextlib.contextmanager
     def writing_file(self, ref: str) -> Iterator[str]:
         """Yield a local path to write one file into; on success it replaces `ref` whole (renamed
         into place, or uploaded)."""

@@ -8,6 +8,7 @@ Rollouts are the dicts `PPOTrainer._rollout_phase` returns: `batch` (a `Batch`),
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,10 +21,14 @@ from engine.algos import (
     compute_reinforce_plus_plus_baseline_advantages,
     compute_remax_advantages,
     compute_rloo_advantages,
+    explained_variance,
     group_has_signal,
+    masked_mean,
+    masked_var,
     overlong_penalty,
 )
 from engine.config import AlgorithmConfig, PPOConfig
+from engine.roles.base import MetricSums
 from engine.roles.batch import concat, select
 
 _ROW_TENSORS = ("old", "ref", "values", "scores", "baselines", "overlong")
@@ -105,3 +110,59 @@ def advantages(algo: AlgorithmConfig, rewards: torch.Tensor, response_mask: torc
     else:
         raise ValueError(f"unknown adv_estimator {name!r}")
     return adv * keep[:, None], ret * keep[:, None]
+
+
+def step_metrics(cfg: PPOConfig, rollout: dict[str, Any], adv: dict[str, Any], updates: dict[str, list[Any]], *,
+                 guard_kl: float, rollbacks: int) -> dict[str, float]:
+    """A PPO step's metrics, VERL names (see docs/engine-contract.md), from the rollout, the
+    advantages (`PPOTrainer._advantages`) and the roles' update results (`{"actor": [...], "critic": [...]}`)."""
+    sums = MetricSums()
+    for role in ("actor", "critic"):
+        for result in updates[role]:
+            sums.merge(result["metrics"])
+    metrics = sums.means()
+    metrics["perf/model_state_bytes_per_worker"] = sum(  # a colocated worker holds both roles
+        metrics.get(f"perf/{r}_state_bytes_per_worker", 0.0) for r in ("actor", "critic"))
+    batch, scores, loss_mask = rollout["batch"], rollout["scores"], adv["loss_mask"]
+    new = slice(0, rollout["new_rows"])
+    lengths = batch["response_mask"].sum(-1)
+    resp_len = lengths[new].float()
+    metrics.update({
+        "critic/score/mean": float(scores[new].mean()),
+        "critic/score/max": float(scores[new].max()),
+        "critic/score/min": float(scores[new].min()),
+        "critic/rewards/mean": float((adv["rewards"] * batch["response_mask"]).sum(-1)[new].mean()),
+        "critic/advantages/mean": float(masked_mean(adv["advantages"], loss_mask)),
+        "critic/advantages/var": _safe_var(adv["raw_advantages"], loss_mask),
+        "critic/returns/mean": float(masked_mean(adv["returns"], loss_mask)),
+        "actor/reward_kl_penalty": adv["current_kl"],
+        "actor/reward_kl_penalty_coeff": float(adv["beta"]),
+        "guardrails/kl": guard_kl,
+        "guardrails/rollbacks": float(rollbacks),
+        "response_length/mean": float(resp_len.mean()),
+        "response_length/max": float(resp_len.max()),
+        "response_length/min": float(resp_len.min()),
+        "response_length/clip_ratio": float((resp_len >= cfg.data.max_response_length).float().mean()),
+        "prompt_length/mean": float(batch["prompt_lens"][new].float().mean()),
+        "perf/total_num_tokens": float(lengths.sum() + batch["prompt_lens"].sum()),
+        **rollout["timing"],
+        "timing_s/adv": adv["seconds"],
+    })
+    if rollout["values"] is not None:  # a critic
+        metrics["critic/values/mean"] = float(masked_mean(rollout["values"], loss_mask))
+        metrics["critic/vf_explained_var"] = explained_variance(rollout["values"], adv["returns"], loss_mask)
+        metrics["timing_s/update_critic"] = max(u["time_s"] for u in updates["critic"])
+    if updates["actor"]:
+        metrics["timing_s/update_actor"] = max(u["time_s"] for u in updates["actor"])
+    if cfg.guardrails.reward_filter.enable:
+        metrics["reward_filter/kept_ratio"] = float(adv["keep"][new].float().mean())
+        metrics["reward_filter/replayed"] = float(rollout["replayed"])
+    if rollout["overlong"] is not None:
+        metrics["reward/overlong_penalty/mean"] = float(rollout["overlong"].mean())
+    if rollout["baselines"] is not None:
+        metrics["critic/score_baseline/mean"] = float(rollout["baselines"].mean())
+    return metrics
+
+
+def _safe_var(x: torch.Tensor, mask: torch.Tensor) -> float:
+    return float(masked_var(x, mask)) if float(mask.sum()) >= 2 else math.nan

@@ -30,9 +30,8 @@ sampling uses counter-based seeds per (job seed, batch, row), so a resumed job c
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -42,10 +41,8 @@ from engine.algos import (
     AdaptiveKLController,
     FixedKLController,
     apply_kl_in_reward,
-    explained_variance,
     kl_penalty,
     masked_mean,
-    masked_var,
 )
 from engine.artifacts import for_request, is_remote, join
 from engine.checkpoint import COMPLETE, CheckpointError, atomic_dir, step_dir
@@ -57,7 +54,6 @@ from engine.guardrails import ReplayBuffer, Verdict, judge_step, overfit_gap, re
 from engine.models import load_tokenizer
 from engine.reporting import Reporter
 from engine.rewards import PER_ROW, resolve_rule_rewards
-from engine.roles.base import MetricSums
 from engine.roles.batch import build_batch, concat, select, shard_rows
 from engine.rollout import row_seed, vllm_available
 from engine.watchdog import MaxDurationExceeded
@@ -263,8 +259,10 @@ class PPOTrainer:
         shards, _ = shard_rows(len(prompts), 1 if validate else self.num_mini_batches, self.num_workers)
         refs: dict[str, list[Any]] = {k: [] for k in ("batch", "gen", "old", "ref", "values", "scores")}
         ref_role = roles["actor"] if self.lora else roles["ref"]
+        idle = (["actor"] if validate else ["actor", "actor", "critic"])
         for w, rows in enumerate(shards):
-            if not rows:
+            if not rows:  # fsdp2 roles: still join the collective unshard of each phase
+                refs.setdefault("idle", []).extend(self._idle(w, idle))
                 continue
             batch, seconds = roles["actor"].submit(w, "generate", [prompts[i] for i in rows],
                                                    [seeds[i] for i in rows], validate, greedy, num_returns=2)
@@ -282,7 +280,24 @@ class PPOTrainer:
             refs["extra_ref"] = [ref_role.submit(0, "compute_ref_log_prob", extra_batch)]
             if self.use_critic:
                 refs["extra_values"] = [roles["critic"].submit(0, "compute_values", extra_batch)]
+            for w in range(1, self.num_workers):
+                refs.setdefault("idle", []).extend(self._idle(w, ["actor", "critic"]))
         return refs, [r for rows in shards for r in rows]
+
+    def _sharded(self, role: str) -> bool:
+        """True when `role` runs FSDP2 over several workers (`engine.sharding`)."""
+        if role == "critic" and not self.use_critic:
+            return False
+        return self.num_workers > 1 and getattr(self.cfg, role).strategy == "fsdp2"
+
+    def _idle(self, worker: int, roles: Sequence[str]) -> list[Any]:
+        """`idle_gather` on `worker` for each sharded role of `roles`, in order."""
+        return [self.roles[r].submit(worker, "idle_gather") for r in roles if self._sharded(r)]
+
+    def _submit_rank0(self, role: str, method: str, *args: Any) -> list[Any]:
+        """Rank 0 only, or every worker of an fsdp2 role (each writes or gathers its shards)."""
+        group = self.roles[role]
+        return group.submit_all(method, *args) if self._sharded(role) else [group.submit(0, method, *args)]
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -314,7 +329,7 @@ class PPOTrainer:
                 self._train_step()
             if not self.final_metrics:  # resumed after the last step: report the final validation only
                 self.final_metrics = self._validate(time.perf_counter() + self.cfg.guardrails.step_timeout_s)
-            fmt = self._gather({"save": [self.roles["actor"].submit(0, "save_model", self.request.output_dir)]},
+            fmt = self._gather({"save": self._submit_rank0("actor", "save_model", self.request.output_dir)},
                                time.perf_counter() + self.cfg.guardrails.step_timeout_s, "save_model")["save"][0]
             return JobResult(output_dir=self.request.output_dir, model_format=fmt, model_kind="policy",
                              metrics=dict(self.final_metrics))
@@ -358,7 +373,7 @@ class PPOTrainer:
         if verdict.action == "warn":
             self.reporter.warning("kl_high", f"step {step}: {verdict.reason}", {"step": step, **verdict.evidence})
 
-        metrics = self._step_metrics(rollout, adv, updates, guard_kl)
+        metrics = experience.step_metrics(cfg, rollout, adv, updates, guard_kl=guard_kl, rollbacks=self.rollbacks)
         if cfg.algorithm.filter_groups.enable:
             metrics["train/num_gen_batches"] = float(gen_batches)
         self.step, self.consumed = step, self.consumed + gen_batches
@@ -536,55 +551,6 @@ class PPOTrainer:
             new_log_probs[torch.tensor(r)] = result["log_probs"]
         return updates, new_log_probs
 
-    def _step_metrics(self, rollout: dict[str, Any], adv: dict[str, Any], updates: dict[str, list[Any]],
-                      guard_kl: float) -> dict[str, float]:
-        """The step's metrics, VERL names (see docs/engine-contract.md)."""
-        cfg = self.cfg
-        sums = MetricSums()
-        for role in ("actor", "critic"):
-            for result in updates[role]:
-                sums.merge(result["metrics"])
-        metrics = sums.means()
-        batch, scores, loss_mask = rollout["batch"], rollout["scores"], adv["loss_mask"]
-        new = slice(0, rollout["new_rows"])
-        lengths = batch["response_mask"].sum(-1)
-        resp_len = lengths[new].float()
-        metrics.update({
-            "critic/score/mean": float(scores[new].mean()),
-            "critic/score/max": float(scores[new].max()),
-            "critic/score/min": float(scores[new].min()),
-            "critic/rewards/mean": float((adv["rewards"] * batch["response_mask"]).sum(-1)[new].mean()),
-            "critic/advantages/mean": float(masked_mean(adv["advantages"], loss_mask)),
-            "critic/advantages/var": _safe_var(adv["raw_advantages"], loss_mask),
-            "critic/returns/mean": float(masked_mean(adv["returns"], loss_mask)),
-            "actor/reward_kl_penalty": adv["current_kl"],
-            "actor/reward_kl_penalty_coeff": float(adv["beta"]),
-            "guardrails/kl": guard_kl,
-            "guardrails/rollbacks": float(self.rollbacks),
-            "response_length/mean": float(resp_len.mean()),
-            "response_length/max": float(resp_len.max()),
-            "response_length/min": float(resp_len.min()),
-            "response_length/clip_ratio": float((resp_len >= cfg.data.max_response_length).float().mean()),
-            "prompt_length/mean": float(batch["prompt_lens"][new].float().mean()),
-            "perf/total_num_tokens": float(lengths.sum() + batch["prompt_lens"].sum()),
-            **rollout["timing"],
-            "timing_s/adv": adv["seconds"],
-        })
-        if self.use_critic:
-            metrics["critic/values/mean"] = float(masked_mean(rollout["values"], loss_mask))
-            metrics["critic/vf_explained_var"] = explained_variance(rollout["values"], adv["returns"], loss_mask)
-            metrics["timing_s/update_critic"] = max(u["time_s"] for u in updates["critic"])
-        if updates["actor"]:
-            metrics["timing_s/update_actor"] = max(u["time_s"] for u in updates["actor"])
-        if cfg.guardrails.reward_filter.enable:
-            metrics["reward_filter/kept_ratio"] = float(adv["keep"][new].float().mean())
-            metrics["reward_filter/replayed"] = float(rollout["replayed"])
-        if rollout["overlong"] is not None:
-            metrics["reward/overlong_penalty/mean"] = float(rollout["overlong"].mean())
-        if rollout["baselines"] is not None:
-            metrics["critic/score_baseline/mean"] = float(rollout["baselines"].mean())
-        return metrics
-
     def _validate(self, deadline: float) -> dict[str, float]:
         """Greedy (`rollout.val_temperature`) responses to the validation prompts, scored."""
         if not self.val:
@@ -631,9 +597,9 @@ class PPOTrainer:
         parts = ("actor", "critic") if self.use_critic else ("actor",)
 
         def save_parts(root: str) -> None:
-            refs = [self.roles["actor"].submit(0, "save_checkpoint", join(root, "actor"), {"trainer": self._state()})]
+            refs = self._submit_rank0("actor", "save_checkpoint", join(root, "actor"), {"trainer": self._state()})
             if self.use_critic:
-                refs.append(self.roles["critic"].submit(0, "save_checkpoint", join(root, "critic")))
+                refs += self._submit_rank0("critic", "save_checkpoint", join(root, "critic"))
             self._gather({"save": refs}, deadline, "checkpoint")
             for role in parts:
                 # Each role's part is a complete checkpoint of its own (`load_state` checks the marker).
@@ -673,7 +639,3 @@ class PPOTrainer:
             "rollback", f"step {step}: {verdict.reason}; restored the state before the step, actor LR x"
             f"{g.rollback_lr_factor:g} (now {self.lr_scale:g} of the schedule), clip_ratio {self.clip_ratio:g}",
             {**evidence, "rollbacks": self.rollbacks, "lr_scale": self.lr_scale, "clip_ratio": self.clip_ratio})
-
-
-def _safe_var(x: torch.Tensor, mask: torch.Tensor) -> float:
-    return float(masked_var(x, mask)) if float(mask.sum()) >= 2 else math.nan

@@ -30,10 +30,10 @@ from engine.reporting import Reporter
 from engine.trainer import run_supervised, split_rows
 
 TEACHER_SCORES = "teacher_scores.parquet"
+"""The teacher's scores of every train/val pair, written once beside the checkpoints."""
 GROUP_OVERHEAD_TOKENS = 128
 """Fixed cost of one more forward pass, in tokens, when a micro-batch's sequences are split into
 length groups (`_PairTask._scores`)."""
-"""The teacher's scores of every train/val pair, written once beside the checkpoints."""
 
 
 # --- losses: pure tensor functions ------------------------------------------------------------------

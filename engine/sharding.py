@@ -19,8 +19,9 @@ Gradients are summed, not averaged (the engine scales every loss by the global n
 in float32; the sharded masters stay float32.
 
 Checkpoints are per-rank shard files (`model.rank<r>.safetensors`, `optim.rank<r>.pt`, read back
-with `weights_only=True`) written by every worker into one directory (a shared filesystem across
-nodes); the exported model is gathered to a full state dict and saved by rank 0 as a plain Hugging
+with `weights_only=True`) written by every worker into one directory: an atomic directory on a
+shared filesystem, or a URL of the remote artifact store that each worker uploads its shards to from
+its own node (the COMPLETE marker last, from rank 0); the exported model is gathered to a full state dict and saved by rank 0 as a plain Hugging
 Face directory.
 """
 
@@ -37,7 +38,8 @@ import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from engine.checkpoint import CheckpointError, atomic_dir
+from engine.artifacts import Artifacts, is_remote
+from engine.checkpoint import COMPLETE, CheckpointError, atomic_dir
 from engine.config import FSDPConfig
 
 SHARDS_META = "shards.json"
@@ -155,18 +157,17 @@ def gathered(sharded: Sharded | None) -> Iterator[None]:
             module.set_reshard_after_forward(reshard, recurse=False)
 
 
-def lockstep(items: Sequence[Any], filler: Any, *, active: bool, device: torch.device) -> Iterator[tuple[Any, bool]]:
-    """`(item, True)` for each item, then, when `active`, `(filler, False)` until this worker has
-    yielded as many as the busiest worker (one all-reduce). The caller runs a filler like a real
-    micro-batch with its loss multiplied by 0, so every worker runs the same forwards and backwards."""
-    for item in items:
-        yield item, True
+def lockstep(items: Sequence[Any], filler: Any, *, active: bool, device: torch.device) -> list[tuple[Any, bool]]:
+    """`(item, True)` for each item, then, when `active`, `(filler, False)` until this worker has as
+    many as the busiest worker (one all-reduce, before any forward). The caller runs a filler like
+    a real micro-batch with its loss multiplied by 0, so every worker runs the same forwards and
+    backwards."""
+    out = [(item, True) for item in items]
     if not active:
-        return
-    count = torch.tensor([len(items)], dtype=torch.int64, device=device)
+        return out
+    count = torch.tensor([len(out)], dtype=torch.int64, device=device)
     dist.all_reduce(count, op=dist.ReduceOp.MAX)
-    for _ in range(int(count.item()) - len(items)):
-        yield filler, False
+    return out + [(filler, False)] * (int(count.item()) - len(out))
 
 
 def grad_norm(total: torch.Tensor) -> float:
@@ -231,9 +232,9 @@ def save_shards(directory: str, name: str, model: nn.Module, optimizer: torch.op
     rank, world = dist.get_rank(), dist.get_world_size()
     tensors = {k: local(v).detach().to("cpu").contiguous() for k, v in _trained_state(model).items()}
     save_file(tensors, os.path.join(directory, f"{name}.rank{rank}.safetensors"), metadata={"format": "pt"})
-    state = optimizer.state_dict()
-    state["state"] = {i: {k: local(v).detach().to("cpu") if isinstance(v, torch.Tensor) else v
-                          for k, v in s.items()} for i, s in state["state"].items()}
+    state = local_optimizer_state(optimizer.state_dict())
+    state["state"] = {i: {k: v.to("cpu") if isinstance(v, torch.Tensor) else v for k, v in s.items()}
+                      for i, s in state["state"].items()}
     torch.save(state, os.path.join(directory, f"{name}.optim.rank{rank}.pt"))
     if rank == 0:
         with open(os.path.join(directory, SHARDS_META), "w") as f:
@@ -241,14 +242,28 @@ def save_shards(directory: str, name: str, model: nn.Module, optimizer: torch.op
 
 
 def save_sharded_checkpoint(path: str, write_shards: Callable[[str], None],
-                            write_rank0: Callable[[str], None]) -> str:
+                            write_rank0: Callable[[str], None], artifacts: Artifacts | None = None) -> str:
     """Every worker writes its shards into one atomic directory (`engine.checkpoint.atomic_dir`,
     entered by rank 0, whose temporary name is broadcast); rank 0 also writes the replicated rest
-    (schedulers, RNG, loop state) and marks the directory complete once all shards are in."""
-    if "://" in path:
-        raise CheckpointError("fsdp2 checkpoints are written by every worker: checkpoint_dir must be a "
-                              "shared filesystem path, not a URL", param="checkpoint_dir")
+    (schedulers, RNG, loop state) and marks the directory complete once all shards are in.
+
+    A URL `path` (remote artifact storage, `artifacts` given): rank 0 clears it, every worker
+    uploads its shards from its own node, then rank 0 adds the rest and the COMPLETE marker last."""
     rank = dist.get_rank()
+    if is_remote(path):
+        if artifacts is None:
+            raise CheckpointError("a remote checkpoint needs the job's artifact store", param="checkpoint_dir")
+        if rank == 0:
+            artifacts.remove(path, COMPLETE)
+        dist.barrier()
+        with artifacts.adding(path) as local:
+            write_shards(local)
+        dist.barrier()  # every shard is uploaded before the marker
+        if rank == 0:
+            with artifacts.adding(path, marker=COMPLETE) as local:
+                write_rank0(local)
+        dist.barrier()
+        return path
     with atomic_dir(path) if rank == 0 else contextlib.nullcontext() as tmp:
         name = [tmp]
         dist.broadcast_object_list(name, src=0)
@@ -264,6 +279,15 @@ def is_sharded_checkpoint(directory: str) -> bool:
     return os.path.isfile(os.path.join(directory, SHARDS_META))
 
 
+def refuse_shards(directory: str) -> None:
+    """For an unsharded resume: a clear error when `directory` (local, staged) holds fsdp2 shards."""
+    if is_sharded_checkpoint(directory):
+        with open(os.path.join(directory, SHARDS_META)) as f:
+            world = json.load(f)["world_size"]
+        raise CheckpointError(f"{directory} holds fsdp2 shards: resume it with {world} workers and strategy fsdp2",
+                              param="resume_from")
+
+
 def load_shards(directory: str, name: str, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """Read back what `save_shards` wrote, into the same sharding (same number of workers)."""
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -273,7 +297,7 @@ def load_shards(directory: str, name: str, model: nn.Module, optimizer: torch.op
     with open(os.path.join(directory, SHARDS_META)) as f:
         saved_world = json.load(f)["world_size"]
     if saved_world != world:
-        raise CheckpointError(f"{directory} holds {saved_world} fsdp2 shards; resume it with {saved_world} workers",
+        raise CheckpointError(f"{directory} holds fsdp2 shards: resume it with {saved_world} workers",
                               param="resume_from")
     tensors = load_file(os.path.join(directory, f"{name}.rank{rank}.safetensors"), device="cpu")
     live = _trained_state(model)
@@ -284,6 +308,17 @@ def load_shards(directory: str, name: str, model: nn.Module, optimizer: torch.op
             local(value).copy_(tensors[key])
     state = torch.load(os.path.join(directory, f"{name}.optim.rank{rank}.pt"), map_location="cpu",
                        weights_only=True)
+    optimizer.load_state_dict(sharded_optimizer_state(optimizer, state))
+
+
+def local_optimizer_state(state: dict[str, Any]) -> dict[str, Any]:
+    """An optimizer `state_dict` with this worker's local shards as plain tensors (not copied)."""
+    return {**state, "state": {i: {k: local(v).detach() if isinstance(v, torch.Tensor) else v for k, v in s.items()}
+                               for i, s in state["state"].items()}}
+
+
+def sharded_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of `local_optimizer_state` for `optimizer`'s (sharded) parameters, in place."""
     params = [p for group in optimizer.param_groups for p in group["params"]]
     DTensor = _dtensor_cls()
     for index, entry in state["state"].items():
@@ -292,7 +327,7 @@ def load_shards(directory: str, name: str, model: nn.Module, optimizer: torch.op
             if isinstance(param, DTensor) and key != "step" and value.dim() > 0:
                 entry[key] = DTensor.from_local(value.to(local(param).device), param.device_mesh, param.placements,
                                                 run_check=False, shape=param.shape, stride=param.stride())
-    optimizer.load_state_dict(state)
+    return state
 
 
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor] | None:

@@ -18,6 +18,7 @@ so one worker and N workers compute the same gradient (up to float summation ord
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +33,7 @@ from engine import models, packing, sharding
 from engine.artifacts import Artifacts, for_request, is_remote, join, localize
 from engine.checkpoint import (
     COMPLETE,
+    HF_EXPORT,
     CheckpointError,
     atomic_dir,
     is_complete,
@@ -318,35 +320,53 @@ class SupervisedWorker:
         return {"model": self.scheduler, **scaler}
 
     def save_checkpoint(self, path: str, extra: dict[str, Any]) -> str:
-        """Every worker is called: rank 0 writes a `ddp` checkpoint; under fsdp2 all write shards."""
+        """Every worker is called: rank 0 writes a `ddp` checkpoint; under fsdp2 all write shards.
+        Either way the directory also holds the model as a Hugging Face directory (`HF_EXPORT`),
+        written before the COMPLETE marker."""
         if self.sharded is not None:
+            def shards(tmp: str) -> None:
+                sharding.save_shards(tmp, "model", self.model, self.optimizer)
+                self._export(tmp)  # collective: the full weights are gathered to rank 0
+
             return sharding.save_sharded_checkpoint(
-                path, lambda tmp: sharding.save_shards(tmp, "model", self.model, self.optimizer),
-                lambda tmp: save_state(tmp, modules={}, schedulers=self._schedulers(), extra=extra))
+                path, shards, lambda tmp: save_state(tmp, modules={}, schedulers=self._schedulers(), extra=extra),
+                self.artifacts)
         if self.rank != 0:
             return path
         # A remote checkpoint is written locally, then uploaded with its COMPLETE marker last.
         with (self.artifacts.writing(path, marker=COMPLETE) if is_remote(path) else atomic_dir(path)) as tmp:
             save_state(tmp, modules={"model": self.model}, optimizers={"model": self.optimizer},
                        schedulers=self._schedulers(), extra=extra)
+            self._export(tmp)
         return path
 
+    def _full_model(self) -> nn.Module | None:
+        """The whole trained model at rank 0, None elsewhere (collective under fsdp2: the shards
+        are gathered to rank 0)."""
+        if self.sharded is not None:
+            state = sharding.full_state_dict(self.model)
+            return None if state is None else sharding.plain_copy(self.model, state)
+        return self.model if self.rank == 0 else None
+
+    def _export(self, directory: str) -> None:
+        """`directory/hf`: the model as it is now, loadable without Keel (`models.save_model`)."""
+        model = self._full_model()
+        if model is not None:
+            models.save_model(model, self.tokenizer, os.path.join(directory, HF_EXPORT), dtype=self.precision.dtype)
+
     def load_checkpoint(self, path: str) -> dict[str, Any]:
+        path = self.artifacts.stage(path)  # a URL: this node's copy
         if self.sharded is not None:
             sharding.load_shards(path, "model", self.model, self.optimizer)
             return load_state(path, modules={}, schedulers=self._schedulers())
-        return load_state(self.artifacts.stage(path), modules={"model": self.model},
+        sharding.refuse_shards(path)
+        return load_state(path, modules={"model": self.model},
                           optimizers={"model": self.optimizer}, schedulers=self._schedulers())
 
     def save_output(self, out_dir: str) -> str:
         """Every worker is called (fsdp2 gathers the full weights to rank 0); rank 0 saves."""
-        model = self.model
-        if self.sharded is not None:
-            state = sharding.full_state_dict(self.model)
-            if state is None:
-                return "hf"
-            model = sharding.plain_copy(self.model, state)
-        elif self.rank != 0:
+        model = self._full_model()
+        if model is None:
             return "hf"
         with self.artifacts.writing(out_dir) as local:
             return models.save_model(model, self.tokenizer, local, dtype=self.precision.dtype)

@@ -21,8 +21,8 @@ from torch import nn
 from engine import distributed, packing, sharding
 from engine.algos import entropy_from_logits, log_probs_from_logits
 from engine.artifacts import Artifacts
-from engine.checkpoint import load_state, save_state
-from engine.models import logits_at
+from engine.checkpoint import HF_EXPORT, load_state, save_state
+from engine.models import logits_at, save_model
 from engine.precision import Precision
 from engine.roles.batch import Batch, micro_batches, response_positions, row_lengths, select, trim
 
@@ -214,6 +214,8 @@ class TrainableRole(Role):
     """Subclasses: rebuild `optimizer` and `scheduler` over the model's current parameters."""
     _strategy: tuple[str, Any] = ("ddp", None)
     """`(strategy, fsdp_config)` of the role's config."""
+    tokenizer: Any = None
+    """Saved beside the weights in the checkpoints' Hugging Face export."""
 
     def after_process_group(self) -> None:
         """fsdp2: shard the model, then rebuild the optimizer and scheduler over the sharded
@@ -236,10 +238,10 @@ class TrainableRole(Role):
         return {"time_s": 0.0}
 
     def _lockstep(self, micro: list[tuple[list[int], Batch]], batch: Batch, rows: Sequence[int],
-                  **kw: Any) -> Iterator[tuple[tuple[list[int], Batch], bool]]:
+                  **kw: Any) -> list[tuple[tuple[list[int], Batch], bool]]:
         """`(micro-batch, real)`: under fsdp2 padded with fillers to the busiest worker's count."""
         if self.sharded is None:
-            return ((mb, True) for mb in micro)
+            return [(mb, True) for mb in micro]
         some = list(rows[:1]) or list(range(min(1, len(batch["input_ids"]))))
         filler = next(iter_micro_batches(batch, some, **kw), None) if some else None
         if filler is None and micro:
@@ -317,7 +319,7 @@ class TrainableRole(Role):
         start = time.perf_counter()
         self._await_snapshot()
         previous = self._snapshot or {}
-        tensors, optimizer = self._trained_tensors(), self.optimizer.state_dict()
+        tensors, optimizer = self._trained_tensors(), sharding.local_optimizer_state(self.optimizer.state_dict())
         on_cuda = self.device.type == "cuda"
         if on_cuda:
             if self._snapshot_stream is None:
@@ -353,7 +355,8 @@ class TrainableRole(Role):
             for name, saved in self._snapshot["tensors"].items():
                 live[name].copy_(saved, non_blocking=saved.is_pinned())
         # Clones: load_state_dict may keep the given tensors, and Adam updates its state in place.
-        self.optimizer.load_state_dict(_clone_to_cpu(self._snapshot["optimizer"]))
+        self.optimizer.load_state_dict(sharding.sharded_optimizer_state(
+            self.optimizer, _clone_to_cpu(self._snapshot["optimizer"])))
         self.scheduler.load_state_dict(_clone_to_cpu(self._snapshot["scheduler"]))
         self.precision.load_state_dict(self._snapshot["precision"])
         self.optimizer.zero_grad(set_to_none=False)
@@ -371,28 +374,45 @@ class TrainableRole(Role):
         return {"sched": self.scheduler, **scaler}
 
     def save_checkpoint(self, directory: str, extra: Mapping[str, Any] | None = None) -> dict[str, float]:
-        """Rank 0 writes model, optimizer and scheduler under `directory` (replicas are identical)."""
+        """Rank 0 writes model, optimizer and scheduler under `directory` (replicas are identical),
+        and the model as a Hugging Face directory in `directory/hf` (`HF_EXPORT`)."""
         start = time.perf_counter()
-        if self.sharded is not None:  # every worker is called and writes its shards
-            os.makedirs(directory, exist_ok=True)
-            sharding.save_shards(directory, "model", self.model, self.optimizer)
-            if self.rank == 0:
-                save_state(directory, modules={}, schedulers=self._schedulers(), extra=dict(extra or {}))
+        if self.sharded is not None:  # every worker is called and adds its shards (a URL: from its node)
+            with self.artifacts.adding(directory) as local:
+                sharding.save_shards(local, "model", self.model, self.optimizer)
+                if self.rank == 0:
+                    save_state(local, modules={}, schedulers=self._schedulers(), extra=dict(extra or {}))
+                self._export(local)  # collective: gathers the full weights to rank 0
             torch.distributed.barrier()
         elif self.rank == 0:
             with self.artifacts.writing(directory) as local:  # a URL: written here, then uploaded
                 save_state(local, modules={"model": self.model}, optimizers={"optim": self.optimizer},
                            schedulers=self._schedulers(), extra=dict(extra or {}))
+                self._export(local)
         return {"time_s": time.perf_counter() - start}
+
+    def _full_model(self) -> nn.Module | None:
+        """The whole trained model at rank 0, None elsewhere (collective under fsdp2)."""
+        if self.sharded is not None:
+            state = sharding.full_state_dict(self.model)
+            return None if state is None else sharding.plain_copy(self.model, state)
+        return self.model if self.rank == 0 else None
+
+    def _export(self, directory: str) -> None:
+        model = self._full_model()
+        if model is not None:
+            save_model(model, self.tokenizer, os.path.join(directory, HF_EXPORT), dtype=self.precision.dtype)
 
     def load_checkpoint(self, directory: str) -> dict[str, Any]:
         """Every rank loads the same state; returns the checkpoint's `extra`."""
         self._await_snapshot()
+        directory = self.artifacts.stage(directory)  # a URL: this node's copy
         if self.sharded is not None:
             sharding.load_shards(directory, "model", self.model, self.optimizer)
             extra = load_state(directory, modules={}, schedulers=self._schedulers())
         else:
-            extra = load_state(self.artifacts.stage(directory), modules={"model": self.model},
+            sharding.refuse_shards(directory)
+            extra = load_state(directory, modules={"model": self.model},
                                optimizers={"optim": self.optimizer}, schedulers=self._schedulers())
         self.optimizer.zero_grad(set_to_none=False)
         self._after_weights_changed()
