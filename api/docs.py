@@ -23,10 +23,15 @@ ASSET_FILES = ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js", 
 
 TAGS = [
     {"name": "files", "description": "Datasets: upload (checked and deduplicated), list, preview, download, delete."},
-    {"name": "jobs", "description": "Training jobs (SFT, reward model, RM distillation, PPO): create, follow, cancel."},
+    {"name": "jobs", "description": "Jobs (SFT, reward model, RM distillation, DPO, PPO and its critic-free "
+                                    "estimators, evaluation): plan, create, follow, cancel, delete."},
     {"name": "events", "description": "A job's event log: paged, as metric series, and live as server-sent events."},
     {"name": "checkpoints", "description": "A job's checkpoints, downloadable as tar archives."},
-    {"name": "models", "description": "Trained models: usable as the base, teacher or reward model of later jobs."},
+    {"name": "models", "description": "Trained models: downloadable as Hugging Face directories, usable as the base, "
+                                      "teacher or reward model of later jobs."},
+    {"name": "webhooks", "description": "Signed (Standard Webhooks) notifications of job outcomes, with a delivery log."},
+    {"name": "secrets", "description": "Write-only project secrets for integrations (admin keys only)."},
+    {"name": "fine_tuning", "description": "OpenAI's fine-tuning API shapes over the same jobs and files, and graders."},
     {"name": "keys", "description": "The project's API keys (admin keys only): list, create, revoke."},
     {"name": "health", "description": "Liveness and readiness probes."},
 ]

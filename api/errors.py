@@ -61,6 +61,10 @@ def problem_response(request: Request, status: int, code: str, detail: str, *, p
     body = Problem(type=f"/problems/{code}", title=_TITLES.get(status, "Error"), status=status, detail=detail,
                    code=code, param=param, request_id=getattr(request.state, "request_id", None), errors=errors)
     content = {**(extensions or {}), **body.model_dump(exclude_none=True)}  # extensions never replace a member
+    from api import openai_errors  # (it imports this module)
+
+    if openai_errors.is_openai_path(request.url.path):
+        status, content = openai_errors.adapt(status, content)
     return JSONResponse(content, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 

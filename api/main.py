@@ -11,7 +11,20 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import bodysize, docs, errors, metrics, ratelimit, streams
-from api.routes import checkpoints, events, files, health, jobs, keys, models
+from api.routes import (
+    checkpoints,
+    console,
+    events,
+    files,
+    fine_tuning,
+    health,
+    jobs,
+    keys,
+    models,
+    secrets,
+    tensorboard,
+    webhooks,
+)
 from core import logging as logcontext
 
 DESCRIPTION = """Keel is an offline-RLHF training service: upload datasets, run SFT, reward-model,
@@ -25,7 +38,17 @@ to `.keel/api_key`); `keel keys create --project NAME` makes more.
 curl -H "Authorization: Bearer keel_..." http://127.0.0.1:8000/v1/files
 ```
 
-A missing or revoked key is a `401`; too many requests for one key is a `429` with `Retry-After`.
+A missing or revoked key is a `401` (revocation takes effect on the very next request: keys are never
+cached). Admin keys (`keel keys create --project NAME --admin`) also manage the project's keys at
+`/v1/keys` (list, create, revoke); a project key gets `403` there. A key's secret is shown once, when it
+is created. Every job records the key that created it (`created_by`).
+
+## Limits
+Each key has a budget of requests per minute, shared by every API process; every keyed answer carries
+`X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset` (seconds), and a request over the
+budget is a `429` (`rate_limited`) with `Retry-After`. A key holds a limited number of event streams at
+once (`429 too_many_streams` beyond). A request body larger than the deployment's JSON limit is a `413`
+(`request_too_large`), answered before the body is read; uploads have their own, larger limit.
 
 ## Errors
 Errors are [RFC 9457](https://www.rfc-editor.org/rfc/rfc9457) problem details with the media type
@@ -37,6 +60,10 @@ response header; send your own `X-Request-ID` to correlate logs).
 {"type": "/problems/not_found", "title": "Not Found", "status": 404, "code": "not_found",
  "detail": "No job with id 'job-123'.", "param": "job_id", "request_id": "req_5f0c..."}
 ```
+
+A failed job's `error` (and its `job.error` event) has a stable `code` and a message. For system errors
+(`internal_error`, `worker_lost`, ...) the message is generic and comes with an `error_id`: the details
+stay in the deployment's logs under that id; quote it when reporting the problem.
 
 ## Pagination
 List routes are cursor-paginated, newest first: `limit` (1-100) and `after` (the `last_id` of the page
@@ -53,7 +80,8 @@ A job's event log pages oldest first by sequence number instead: `GET /v1/jobs/{
 `POST` routes that create something accept an `Idempotency-Key` header (any unique string, e.g. a
 UUID). Retrying with the same key and the same body returns the first response (with the header
 `Idempotent-Replayed: true`) instead of acting twice; the same key with a different request is a `422`
-(`idempotency_mismatch`). Keys are kept 24 hours.
+(`idempotency_mismatch`). Keys are kept 24 hours. `POST /v1/keys` takes no
+`Idempotency-Key`: a replay would have to store the new key's secret.
 
 ```
 curl -X POST -H "Idempotency-Key: 5b0e4d1c-..." -H "Content-Type: application/json" \\
@@ -138,6 +166,11 @@ def create_app() -> FastAPI:
     app.include_router(events.router)
     app.include_router(checkpoints.router)
     app.include_router(models.router)
+    app.include_router(fine_tuning.router)  # OpenAI's fine-tuning API (docs/openai.md)
+    app.include_router(webhooks.router)
+    app.include_router(secrets.router)
+    app.include_router(tensorboard.router)
+    app.include_router(console.router)  # the web console at `/` (not in the OpenAPI document)
     return app
 
 

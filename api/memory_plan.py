@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from api.errors import ApiError
 from api.schemas.memory_plan import MemoryPlan
+from core import checkpoints
 from core.config import settings
 from core.memory_plan import Capacity, plan_for_dirs
 from core.models import Model
@@ -25,6 +26,8 @@ def _local_dir(db: Session, ref: str | None) -> str | None:
         model = db.get(Model, ref)
         path = model.path if model is not None else None
         return path if path and path.startswith("/") else None
+    if ref.startswith("ckpt-"):
+        return checkpoints.local_export(db, ref)
     return ref if ref.startswith("/") else None
 
 

@@ -74,6 +74,20 @@ class Settings(BaseSettings):
     """Port of the Prometheus endpoint of each worker's main process (0 = off)."""
     WORKER_METRICS_HOST: str = "127.0.0.1"
     """Address that endpoint binds (0.0.0.0 in containers, so Prometheus can reach it)."""
+    WEBHOOK_ALLOW_PRIVATE: bool = False
+    """Allow webhook URLs that resolve to private, loopback or link-local addresses (checked at creation
+    and again before every delivery, against DNS rebinding). Off in production: such URLs reach the
+    deployment's own network."""
+    WEBHOOK_RETRY_SCHEDULE_S: list[float] = Field(default_factory=lambda: [5, 300, 1800, 7200, 18000, 36000, 36000])
+    """Waits before each retry of a failed webhook delivery (JSON list; Standard Webhooks' schedule: about
+    a day in all); after the last one the delivery is `failed`."""
+    WEBHOOK_TIMEOUT_S: float = Field(default=15.0, gt=0)
+    """How long one webhook delivery may take; slower is a failed attempt."""
+    OUTBOX_POLL_S: float = Field(default=1.0, gt=0)
+    """How often a worker scans new job events for webhooks and integrations and sends what is due."""
+    MLFLOW_TRACKING_URI_PREFIXES: list[str] = Field(default_factory=list)
+    """MLflow tracking URIs jobs may name besides http(s) ones on public addresses, as prefixes (JSON list,
+    e.g. `["http://mlflow.internal:5000", "file:///srv/mlruns"]`): an internal server or a shared directory."""
 
     @model_validator(mode="before")
     @classmethod

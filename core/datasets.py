@@ -24,9 +24,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-PURPOSES = ("preference", "prompts", "sft")
-"""Purposes a user may upload."""
-OUTPUT_PURPOSES = ("eval_results",)
+from core import finetune_files
+
+PURPOSES = ("preference", "prompts", "sft", "fine-tune")
+"""Purposes a user may upload (`fine-tune`: OpenAI's JSON Lines layouts, core/finetune_files.py)."""
+OUTPUT_PURPOSES = ("eval_results", "fine-tune-results")
 """Purposes of files Keel writes itself (a job's results): listed and downloadable, never uploadable."""
 OUTPUT_COLUMNS: dict[str, tuple[str, ...]] = {
     "eval_results": ("prompt_index", "sample_index", "prompt", "ground_truth", "data_source", "response",
@@ -35,6 +37,9 @@ OUTPUT_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 """The columns of each output purpose, in order (engine/evaluate.py writes them; `compare_*` and
 `outcome` only for an evaluation with `compare_to`)."""
+OUTPUT_COLUMNS["fine-tune-results"] = ("step", "train_loss", "train_accuracy", "valid_loss",
+                                       "valid_mean_token_accuracy")
+"""A fine-tuning job's step metrics as OpenAI writes them (CSV; api/routes/fine_tuning.py)."""
 REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "preference": ("prompt", "chosen", "rejected"),
     "prompts": ("prompt",),
@@ -112,6 +117,8 @@ def inspect_dataset(source: str | BinaryIO, purpose: str) -> DatasetInfo:
     `source` is a local path or a seekable binary file. Raises DatasetError (codes `empty_file`,
     `invalid_file`, `schema_mismatch`, `invalid_value`) on the first problem found.
     """
+    if purpose == finetune_files.FINE_TUNE:
+        return _inspect_fine_tune(source)
     if purpose not in REQUIRED_COLUMNS:
         raise ValueError(f"unknown purpose {purpose!r}")
     with _opened(source) as f:
@@ -125,6 +132,9 @@ def inspect_dataset(source: str | BinaryIO, purpose: str) -> DatasetInfo:
 
 def preview_rows(source: str | BinaryIO, purpose: str, limit: int) -> list[dict[str, Any]]:
     """The first `limit` rows of an already checked file (or a job's output), with the purpose's columns only."""
+    if purpose == finetune_files.FINE_TUNE:  # OpenAI's layouts: the rows as written
+        with _opened(source) as f:
+            return [record for _, (_, _, record) in zip(range(limit), finetune_files.records(f))]
     wanted = OUTPUT_COLUMNS.get(purpose) or REQUIRED_COLUMNS[purpose] + OPTIONAL_COLUMNS[purpose]
     with _opened(source) as f:
         if sniff_format(f.read(4096)) == "parquet":
@@ -141,6 +151,15 @@ def preview_rows(source: str | BinaryIO, purpose: str, limit: int) -> list[dict[
             if len(rows) >= limit:
                 break
         return rows
+
+
+def _inspect_fine_tune(source: str | BinaryIO) -> DatasetInfo:
+    with _opened(source) as f:
+        try:
+            info = finetune_files.inspect(f)
+        except finetune_files.FormatError as e:
+            raise DatasetError(e.code, e.detail, param=e.param, row=e.row, line=e.line) from e
+    return DatasetInfo("jsonl", info.rows, info.columns, {})
 
 
 @contextmanager

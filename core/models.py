@@ -217,3 +217,74 @@ class ClusterNode(Base):
     """Who published it: the cluster address, or `local:<host>:<pid>` for a worker's private Ray."""
     observed_at: Mapped[datetime] = mapped_column(index=True)
     """The database's clock when it was published."""
+
+
+class Webhook(Base):
+    """A project's webhook endpoint (`/v1/webhooks`); deliveries are sent by the workers (`workers.webhooks`)."""
+
+    __tablename__ = "webhook"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("wh"))
+    project_id: Mapped[str] = mapped_column(ForeignKey("project.id", ondelete="CASCADE"), index=True)
+    url: Mapped[str] = mapped_column(String(2000))
+    event_types: Mapped[list[Any]] = mapped_column(default=list)
+    secret: Mapped[str] = mapped_column(Text)
+    """The signing secret, encrypted (`core.secretbox`); shown once, in the answer to the creation."""
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class WebhookDelivery(Base):
+    """The outbox: one message for one webhook, sent at least once (`workers.webhooks`)."""
+
+    __tablename__ = "webhook_delivery"
+    __table_args__ = (
+        # Two workers scanning the same event insert the same row once.
+        UniqueConstraint("webhook_id", "job_id", "event_seq", name="uq_webhook_delivery_webhook_id_job_id_event_seq"),
+        Index("ix_webhook_delivery_due", "status", "next_attempt_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("msg"))
+    """Also the `webhook-id` header: the same on every retry, so receivers can drop duplicates."""
+    webhook_id: Mapped[str] = mapped_column(ForeignKey("webhook.id", ondelete="CASCADE"), index=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"))
+    event_seq: Mapped[int] = mapped_column(Integer)
+    event_type: Mapped[str] = mapped_column(String(40))
+    payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    status: Mapped[str] = mapped_column(String(20), default="pending")
+    """pending | succeeded | failed (every retry spent)"""
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(default=None)
+    """When a worker sends it next (null once it succeeded or failed for good); a sender's claim moves it
+    a lease ahead, so a worker that dies mid-send leaves it due again."""
+    claimed_by: Mapped[str | None] = mapped_column(String(200), default=None)
+    last_status_code: Mapped[int | None] = mapped_column(Integer, default=None)
+    last_error: Mapped[str | None] = mapped_column(Text, default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    delivered_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class EventCursor(Base):
+    """How far a worker-side consumer of the event log (`webhooks`, `integrations`) has read one job's
+    events; `owner`/`lease_until` let one worker at a time hold a stateful consumer (integrations)."""
+
+    __tablename__ = "event_cursor"
+
+    consumer: Mapped[str] = mapped_column(String(40), primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"), primary_key=True)
+    last_seq: Mapped[int] = mapped_column(Integer, default=0)
+    done: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    owner: Mapped[str | None] = mapped_column(String(200), default=None)
+    lease_until: Mapped[datetime | None] = mapped_column(default=None)
+    state: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class ProjectSecret(Base):
+    """A named secret of a project (`WANDB_API_KEY`, ...), encrypted (`core.secretbox`), never returned."""
+
+    __tablename__ = "project_secret"
+
+    project_id: Mapped[str] = mapped_column(ForeignKey("project.id", ondelete="CASCADE"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -11,7 +11,8 @@ ARG PIP_EXTRA=""
 RUN pip install "fastapi>=0.135" "uvicorn[standard]>=0.30" "python-multipart>=0.0.9" "sqlalchemy>=2.0.30" \
       "alembic>=1.13" "psycopg[binary]>=3.2" "pydantic>=2.7" "pydantic-settings>=2.3" "celery[redis]>=5.4" \
       "redis>=5.0" "typer>=0.12" "rich>=13" "httpx>=0.27" "pyarrow>=16" "fsspec>=2024.6" "pyyaml>=6" \
-      "psutil>=5.9" "fastapi-offline>=1.7" "attrs>=23" "python-dateutil>=2.8" ${PIP_EXTRA}
+      "psutil>=5.9" "fastapi-offline>=1.7" "attrs>=23" "python-dateutil>=2.8" "prometheus-client>=0.20" \
+      "limits>=4.1" "cryptography>=42" ${PIP_EXTRA}
 COPY pyproject.toml README.md alembic.ini ./
 COPY api api
 COPY core core

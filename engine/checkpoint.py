@@ -8,6 +8,9 @@ A checkpoint is a directory `root/step_<N>` with:
   `weights_only=True`, so loading a checkpoint never runs pickled code),
 - `rng.pt`: python, numpy, torch (and CUDA) generator states of the saving process,
 - `extra.json`: the caller's loop state (step, epoch, data position, KL controller...),
+- `hf/` (`HF_EXPORT`): the trained model as a Hugging Face directory (`engine.models.save_model`:
+  config, safetensors, tokenizer; merged weights plus `adapter/` for LoRA), so a checkpoint is
+  downloadable and usable as a model without Keel (the trainers write it, not `save_state`),
 - `COMPLETE`: written last; a directory without it is never loaded.
 
 The directory is written under a temporary name beside its final place, fsynced, then renamed, so a
@@ -35,6 +38,8 @@ from torch import nn
 from engine.errors import EngineError
 
 COMPLETE = "COMPLETE"
+HF_EXPORT = "hf"
+"""Sub-directory of a checkpoint (of each PPO role's part) holding its Hugging Face export."""
 FORMAT_VERSION = 1
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 

@@ -97,6 +97,11 @@ class TrainerConfig:
     max_duration_s: float | None = None
     """Wall-clock budget of the whole run, earlier attempts included: past it the job saves a
     checkpoint at the next step boundary and fails with `max_duration_exceeded` (None: no limit)."""
+    max_actor_ckpt_to_keep: int | None = None
+    """Keep only the newest N checkpoints (supervised methods: the model's); older ones are deleted
+    as new ones are recorded (None: keep all). Enforced by the service (`core.checkpoints.prune`)."""
+    max_critic_ckpt_to_keep: int | None = None
+    """PPO: keep the critic part of only the newest N checkpoints (None: keep all)."""
 
 
 @dataclass(frozen=True)

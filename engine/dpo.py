@@ -16,7 +16,6 @@ policy, saved like SFT's.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -30,7 +29,7 @@ from engine import data as data_lib
 from engine import models, packing
 from engine.algos.logits import log_probs_from_logits
 from engine.algos.preference import dpo_loss
-from engine.artifacts import for_request, join
+from engine.artifacts import content_digest, for_request, join
 from engine.config import DPOConfig, JobRequest, JobResult, ModelConfig
 from engine.errors import DataError
 from engine.precision import autocast
@@ -83,27 +82,16 @@ def reference_logps_path(request: JobRequest) -> str:
     return join(request.checkpoint_dir, REFERENCE_LOGPS)
 
 
-def _file_digest(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def model_digest(path: str) -> str:
-    """Content hash of a model directory: every file's relative path and bytes (weights, config,
-    tokenizer), and for an adapter directory its base model's too. A hub id is its name (Keel cannot
-    read a hub model's files before loading it)."""
+    """Content hash of a model directory (`engine.artifacts.content_digest`: every file's relative
+    name and bytes: weights, config, tokenizer), and for an adapter directory its base model's too.
+    A hub id is its name (Keel cannot read a hub model's files before loading it)."""
     if not os.path.isdir(path):
         return f"hub:{path}"
-    digest = hashlib.sha256()
-    for root, dirs, files in os.walk(path):
-        dirs.sort()
-        for name in sorted(files):
-            full = os.path.join(root, name)
-            if os.path.isfile(full):
-                digest.update(os.path.relpath(full, path).encode() + b"\0" + _file_digest(full).encode())
+    digest = content_digest(path)
     if os.path.isfile(os.path.join(path, "adapter_config.json")):
-        digest.update(b"base\0" + model_digest(models.adapter_base(path)).encode())
-    return digest.hexdigest()
+        digest += ":" + model_digest(models.adapter_base(path))
+    return digest
 
 
 def reference_key(request: JobRequest) -> str:
@@ -112,8 +100,7 @@ def reference_key(request: JobRequest) -> str:
     cfg = request.config
     return json.dumps({
         "version": CACHE_VERSION, "reference": model_digest(request.model_path),
-        "train": _file_digest(request.training_file),
-        "val": _file_digest(request.validation_file) if request.validation_file else None,
+        "train": content_digest(request.training_file), "val": content_digest(request.validation_file),
         "seed": request.seed, "max_length": cfg.data.max_total_length, "truncation": cfg.data.truncation,
         "dtype": cfg.model.dtype, "packed": cfg.model.use_remove_padding}, sort_keys=True)
 

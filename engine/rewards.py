@@ -58,6 +58,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from engine.errors import ConfigError, DataError
+from engine.graders import grader_reward
 
 RewardFn = Callable[..., float]
 ENTRY_POINT_GROUP = "keel.rewards"
@@ -200,3 +201,7 @@ def length_penalty(response: str, ground_truth: str | None, *, num_tokens: int =
     """`-coef * excess / (max_tokens - target_length)`, excess = tokens over `target_length`."""
     excess = max(0, int(num_tokens) - int(target_length))
     return -float(coef) * excess / max(1, int(max_tokens) - int(target_length))
+
+
+# OpenAI-style graders (reinforcement fine-tuning): `{"function": "grader", "options": {"grader": "<json>"}}`.
+register_reward("grader")(grader_reward)

@@ -1,4 +1,4 @@
-"""Client commands (`keel files|jobs|checkpoints ...`), built on the generated SDK (`keel_client`).
+"""Client commands (`keel files|jobs|checkpoints|models ...`), built on the generated SDK (`keel_client`).
 
 They talk to `KEEL_URL` (default http://127.0.0.1:8000) with `KEEL_API_KEY` (default: the key `keel up`
 saved in `$KEEL_HOME/api_key`, i.e. `.keel/api_key`). A refused request prints the problem's title,
@@ -9,19 +9,25 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tarfile
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from http import HTTPStatus
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import httpx
 import typer
 import yaml
-from keel_client import AuthenticatedClient, StreamError, stream_events
+from keel_client import (
+    AuthenticatedClient,
+    DownloadError,
+    StreamError,
+    UnsafeArchive,
+    download_checkpoint,
+    download_model,
+    stream_events,
+)
 from keel_client.api.files import list_files, upload_file
 from keel_client.api.jobs import cancel_job, create_job, list_jobs, retrieve_job
 from keel_client.models import JobCreate, JobPublic, Problem, UploadFileFileUpload
@@ -56,6 +62,7 @@ err_console = Console(stderr=True)
 files_app = typer.Typer(help="Upload and list datasets.", no_args_is_help=True)
 jobs_app = typer.Typer(help="Create, list, watch and cancel training jobs.", no_args_is_help=True)
 checkpoints_app = typer.Typer(help="Download checkpoints.", no_args_is_help=True)
+models_app = typer.Typer(help="Download trained models.", no_args_is_help=True)
 
 
 # --- connection and errors ------------------------------------------------------------------------
@@ -372,43 +379,45 @@ def watch_job(client: AuthenticatedClient, job_id: str, *, label: str | None = N
     return final
 
 
-# --- checkpoints ----------------------------------------------------------------------------------
+# --- downloads ------------------------------------------------------------------------------------
 
-def download_checkpoint(client: AuthenticatedClient, checkpoint_id: str, out_dir: Path) -> list[str]:
-    """Stream the checkpoint's tar to a temporary file, then unpack it into `out_dir` (the archive's top
-    directory dropped; no absolute paths, links or `..`). Returns the files written."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    with tempfile.TemporaryFile() as tmp:
-        with client.get_httpx_client().stream("GET", f"/v1/checkpoints/{checkpoint_id}/content",
-                                              timeout=httpx.Timeout(60.0)) as response:
-            if response.status_code >= 400:
-                response.read()
-                ok(Response(status_code=response.status_code, content=response.content, headers=response.headers,
-                            parsed=None))
-            for chunk in response.iter_bytes(1024 * 1024):
-                tmp.write(chunk)
-        tmp.seek(0)
-        with tarfile.open(fileobj=tmp, mode="r:") as tar:
-            for member in tar:
-                parts = PurePosixPath(member.name).parts[1:]
-                if not parts or not (member.isfile() or member.isdir()):
-                    continue
-                member.name = str(PurePosixPath(*parts))
-                tar.extract(member, out_dir, filter="data")
-                if member.isfile():
-                    written.append(member.name)
-    return written
+def _downloaded(fetch, what: str, out_dir: Path) -> None:
+    """Run an SDK download (`keel_client.download_*`) into `out_dir`; a refusal or an unsafe archive
+    becomes a CliError."""
+    try:
+        files = fetch()
+    except UnsafeArchive as e:
+        raise CliError("Unsafe archive", str(e)) from None
+    except DownloadError as e:
+        problem = e.problem
+        raise CliError(problem.get("title") or f"HTTP {e.status}", problem.get("detail") or str(e),
+                       problem.get("param") if isinstance(problem.get("param"), str) else None) from None
+    err_console.print(f"{what}: {len(files)} files in {out_dir}", highlight=False)
 
 
 @checkpoints_app.command("download")
-def checkpoints_download(checkpoint_id: str,
-                         out_dir: Annotated[Path, typer.Argument(file_okay=False, help="Directory to unpack into.")]
-                         ) -> None:
-    """Download a checkpoint and unpack it into DIR."""
+def checkpoints_download(
+        checkpoint_id: str,
+        out_dir: Annotated[Path, typer.Argument(file_okay=False, help="Directory to unpack into.")],
+        role: Annotated[str, typer.Option(help="actor (the policy / the model) or critic (PPO's value model).")]
+        = "actor",
+        merged: Annotated[bool, typer.Option(help="LoRA: the merged full weights, not the adapter.")] = False,
+        training_state: Annotated[bool, typer.Option(help="Also the optimizer, RNG and loop state, under "
+                                                          "training_state/.")] = False) -> None:
+    """Download a checkpoint as a Hugging Face directory into DIR."""
     with handled():
-        files = download_checkpoint(make_client(), checkpoint_id, out_dir)
-    err_console.print(f"{checkpoint_id}: {len(files)} files in {out_dir}")
+        _downloaded(lambda: download_checkpoint(make_client(), checkpoint_id, out_dir, role=role, merged=merged,
+                                                include_training_state=training_state), checkpoint_id, out_dir)
+
+
+@models_app.command("download")
+def models_download(
+        model_id: str,
+        out_dir: Annotated[Path, typer.Argument(file_okay=False, help="Directory to unpack into.")],
+        merged: Annotated[bool, typer.Option(help="LoRA: the merged full weights, not the adapter.")] = False) -> None:
+    """Download a model as a Hugging Face directory into DIR (a LoRA model: its adapter)."""
+    with handled():
+        _downloaded(lambda: download_model(make_client(), model_id, out_dir, merged=merged), model_id, out_dir)
 
 
 # --- formatting -----------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from keel_cli.client import checkpoints_app, files_app, jobs_app
+from keel_cli.client import checkpoints_app, files_app, jobs_app, models_app
 from keel_cli.demo import demo
 from keel_cli.server import api, create_key, keys_app, migrate, up, worker
 
@@ -20,6 +20,7 @@ app.add_typer(keys_app, name="keys")
 app.add_typer(files_app, name="files")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(checkpoints_app, name="checkpoints")
+app.add_typer(models_app, name="models")
 app.command()(demo)
 
 

@@ -5,6 +5,7 @@ Environment is set before anything imports `core.config`."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import tempfile
@@ -28,6 +29,15 @@ os.environ.update({
     "KEEL_MODEL_ROOTS": str(_HOME / "models"),
     "KEEL_RATE_LIMIT_PER_MINUTE": "0",
     "KEEL_MAX_STREAMS_PER_KEY": "0",  # storm tests hold 100+ streams on one key; tests/api/test_limits.py caps
+    "KEEL_WEBHOOK_ALLOW_PRIVATE": "1",  # webhook tests receive on loopback; tests/workers/test_webhooks.py refuses
+    # The same in the session's Celery worker, whose sender may take part in any webhook test.
+    "KEEL_WEBHOOK_RETRY_SCHEDULE_S": "[0.5, 1.0, 1.0]",
+    "KEEL_WEBHOOK_TIMEOUT_S": "1",
+    # Integrations stay offline and on disk (tests/workers/test_integrations.py), in the Celery worker too.
+    "KEEL_MLFLOW_TRACKING_URI_PREFIXES": json.dumps([f"file://{_HOME}"]),
+    "MLFLOW_ALLOW_FILE_STORE": "true",
+    "WANDB_MODE": "offline",
+    "WANDB_SILENT": "true",
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "RAY_USAGE_STATS_ENABLED": "0",
 })

@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = ("api", "core", "workers", "engine", "keel_cli", "bench")
-HEAVY = ("torch", "ray", "transformers", "peft", "vllm")
+HEAVY = ("torch", "ray", "transformers", "peft", "vllm", "wandb", "mlflow", "tensorboard")
 
 
 def _imports(path: Path) -> set[str]:

@@ -12,6 +12,7 @@ No torch, ray or engine imports: the API imports this module through `workers.di
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import math
@@ -26,6 +27,7 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
+from core import checkpoints
 from core.clock import db_now, db_now_sql
 from core.db import session_factory
 from core.events import append_event, channel, event_payload, publish
@@ -188,14 +190,21 @@ class DBReporter:
         metrics = json_safe(dict(metrics))
         size = _tree_bytes(path, self.storage_options)
 
+        doomed: list[str] = []
+
         def apply(db: Session, job: Any) -> bool:
             if db.scalar(select(Checkpoint.id).where(Checkpoint.job_id == self.job_id, Checkpoint.step == step)):
                 return False
             db.add(Checkpoint(id=checkpoint_id, job_id=self.job_id, project_id=job.project_id, step=step,
                               metrics=metrics, path=str(path), bytes=size))
+            # Retention (`trainer.max_*_ckpt_to_keep`): older rows go in this transaction ...
+            spec = db.scalar(select(Job.spec).where(Job.id == self.job_id))
+            doomed[:] = checkpoints.prune(db, self.job_id, job.project_id, str(path), spec)
             return True
 
         self._append("job.checkpoint", {"checkpoint_id": checkpoint_id, "step": step, "metrics": metrics}, apply)
+        for location in doomed:  # ... and their files once it committed
+            checkpoints.remove_tree(location, self.storage_options)
 
     def log(self, message: str) -> None:
         self._append("job.log", {"message": str(message)})
@@ -355,7 +364,9 @@ class Heartbeat:
         self.on_lost, self.database_url = on_lost, database_url
         self.controller_timeout_s = controller_timeout_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name=f"keel-heartbeat-{job_id}")
+        # In a copy of the caller's context: its log lines carry the job id (core.logging).
+        self._thread = threading.Thread(target=contextvars.copy_context().run, args=(self._run,), daemon=True,
+                                        name=f"keel-heartbeat-{job_id}")
 
     def __enter__(self) -> Self:
         self._thread.start()

@@ -2,7 +2,8 @@
 read from any Ray node: a path in a local artifact store (mounted on every node), or a URL of a
 remote one (the engine stages and uploads those itself, `engine.artifacts`).
 
-- model refs: a Keel model id -> that model's recorded location; an absolute directory -> itself,
+- model refs: a Keel model id -> that model's recorded location; a checkpoint id -> its Hugging Face
+  export (`core.checkpoints`); an absolute directory -> itself,
   if it lies under a model root; anything else (a hub id) is passed through for the engine to load;
 - file ids -> their locations in the artifact store;
 - hyperparameters -> the method's frozen config (`engine.config.build_config`);
@@ -24,6 +25,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from core import checkpoints
 from core.config import settings
 from core.models import Checkpoint, File, Job, Model
 from core.storage import COMPLETE_MARKER, get_storage, is_url
@@ -100,13 +102,21 @@ def resolve_request(db: Session, job: Job) -> JobRequest:
 
 
 def resolve_model(db: Session, project_id: str, ref: str, roots: tuple[str, ...], param: str) -> str:
-    """A Keel model id -> its recorded location; an absolute path -> itself if under `roots`; else a
-    hub id."""
+    """A Keel model id -> its recorded location; a checkpoint id -> its Hugging Face export (a PPO
+    checkpoint's: the actor's); an absolute path -> itself if under `roots`; else a hub id."""
     if ref.startswith("model-"):
         model = db.get(Model, ref)
         if model is None or model.project_id != project_id:
             raise MissingReference(f"{param}: model {ref} no longer exists", param=param)
         return model.path
+    if ref.startswith("ckpt-"):
+        ckpt = db.get(Checkpoint, ref)
+        if ckpt is None or ckpt.project_id != project_id:
+            raise MissingReference(f"{param}: checkpoint {ref} no longer exists", param=param)
+        export = checkpoints.export_location(get_storage(), ckpt.path) if _is_complete(ckpt.path) else None
+        if export is None:
+            raise MissingReference(f"{param}: checkpoint {ref} holds no Hugging Face export", param=param)
+        return export
     if os.path.isabs(ref):
         path = Path(ref).resolve()
         if not any(path.is_relative_to(root) for root in roots):

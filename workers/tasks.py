@@ -45,11 +45,13 @@ from workers import metrics as worker_metrics
 from workers.capacity import claim_check, start_publisher
 from workers.celery_app import celery_app
 from workers.dispatch import RUN_JOB_TASK, request_cancel
-from workers.failures import generic_message, log_details, public_error
+from workers.failures import log_details, public_error
+from workers.integrations import IntegrationMirror
 from workers.reporter import ACTIVE, TERMINAL, DBReporter, Heartbeat, json_safe, retry_db, transition
 from workers.resolve import resolve_request
 from workers.results import register_files, result_files
 from workers.sweeper import Sweeper, requeue_or_fail
+from workers.webhooks import WebhookSender
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +203,7 @@ def execute(claim: Claim) -> str:
             return finish_cancelled(claim)
         except EngineError as err:
             if err.code == "worker_lost":  # its message may name hosts: tenants get a generic one
-                message = generic_message("worker_lost", log_details(job_id, err.code, err))
+                message = f"the job's Ray controller was lost (error id {log_details(job_id, err.code, err)})"
                 return requeue_or_fail(job_id, claim.attempt, message) or "lost the job"
             return finish_failed(claim, err)
         except Exception as exc:  # noqa: BLE001 - recorded as internal_error; details only in the log
@@ -259,6 +261,7 @@ def output_model_name(db, job: Job) -> str:
 # --- worker process lifecycle ---------------------------------------------------------------------
 
 _sweeper: Sweeper | None = None
+_outbox: list = []
 
 
 @worker_process_init.connect
@@ -269,9 +272,12 @@ def _fresh_database_pool(**_: object) -> None:
 
 @worker_ready.connect
 def _start_sweeper(**_: object) -> None:
-    global _sweeper
+    global _sweeper, _outbox
     _sweeper = Sweeper()
     _sweeper.start()
+    _outbox = [WebhookSender(), IntegrationMirror()]  # event-log consumers: webhooks, W&B/TensorBoard/MLflow
+    for thread in _outbox:
+        thread.start()
     worker_metrics.start()  # KEEL_WORKER_METRICS_PORT: this main process serves the pool's metrics
 
 
@@ -279,4 +285,6 @@ def _start_sweeper(**_: object) -> None:
 def _stop_sweeper(**_: object) -> None:
     if _sweeper is not None:
         _sweeper.stop()
+    for thread in _outbox:
+        thread.stop()
     worker_metrics.stop()

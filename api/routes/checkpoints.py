@@ -1,32 +1,33 @@
-"""A job's checkpoints, and a checkpoint's files as a tar streamed on the fly."""
+"""A job's checkpoints; one checkpoint, its files as a tar streamed on the fly, and deleting it.
+
+A checkpoint's download is a Hugging Face directory (the `hf/` export the engine writes into every
+checkpoint, `core.checkpoints`): the policy or reward model of that step, loadable with plain
+`transformers`; for PPO the actor's (`role=critic`: the value model). `include=training_state` adds
+the training state (weights, optimizer, scheduler, RNG, loop state) under `training_state/`.
+"""
 
 from __future__ import annotations
 
 import math
-import os
-import stat
-import tarfile
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
+from api import archive
 from api.deps import CurrentProject, SessionDep
 from api.errors import ApiError, not_found, problem_responses
 from api.pagination import AfterQuery, LimitQuery, page_of, paginate
+from api.removal import refuse_in_use, remove_files
 from api.routes.jobs import OwnedJob
-from api.schemas.jobs import CheckpointPublic, CheckpointsPublic
-from core.models import Checkpoint
-from core.storage import Storage, get_storage, is_url
+from api.schemas.jobs import CheckpointDeleted, CheckpointPublic, CheckpointsPublic
+from core import checkpoints, references
+from core.models import Checkpoint, Job
+from core.storage import get_storage
 
 router = APIRouter(tags=["checkpoints"])
-
-CHUNK = 1024 * 1024
-"""Bytes read (and sent) at a time: the download's memory stays at about this much."""
 
 
 def owned_checkpoint(checkpoint_id: Annotated[str, PathParam(max_length=64)], project: CurrentProject,
@@ -57,99 +58,76 @@ def list_job_checkpoints(job: OwnedJob, db: SessionDep, limit: LimitQuery = 20, 
     return page_of([checkpoint_public(c) for c in rows], has_more)
 
 
-def _directory(ckpt: Checkpoint) -> Path:
-    """The checkpoint directory: an absolute path, or a key in the local artifact store."""
-    return Path(ckpt.path) if os.path.isabs(ckpt.path) else get_storage().local_path(ckpt.path)
+TAR = {200: {"content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}},
+             "description": "A tar archive of one directory, streamed."}}
+_HF_PARTS = tuple(f"{part}/" for part in (checkpoints.HF_EXPORT,
+                                           *(f"{role}/{checkpoints.HF_EXPORT}" for role in checkpoints.ROLES)))
+"""The exports inside a checkpoint directory: left out of its `training_state/`."""
+
+RoleQuery = Annotated[Literal["actor", "critic"], Query(description=(
+    "Whose model: `actor` (the policy; the model of a supervised job) or `critic` (PPO's value model)."))]
+MergedQuery = Annotated[bool, Query(description=(
+    "LoRA: the merged full weights instead of the adapter (full models: ignored)."))]
+IncludeQuery = Annotated[Literal["training_state"] | None, Query(description=(
+    "`training_state`: add the checkpoint's training state (weights, optimizer, scheduler, RNG, loop "
+    "state) under `training_state/`, to resume elsewhere."))]
 
 
-def _remote(ckpt: Checkpoint) -> bool:
-    """A checkpoint recorded by URL, or by key in a remote store (streamed through fsspec)."""
-    return is_url(ckpt.path) or (not os.path.isabs(ckpt.path) and not get_storage().is_local)
-
-
-def store_tar_stream(storage: Storage, location: str, arcroot: str) -> Iterator[bytes]:
-    """`tar_stream` of a directory in a remote store: its files as listed now, read in `CHUNK`s."""
-    files = storage.tree(location)
-    parts = [rel.split("/") for rel, _, _ in files]
-    dirs = sorted({"/".join(p[:i]) for p in parts for i in range(1, len(p))})  # every ancestor, parents first
-    newest = max((mtime for _, _, mtime in files), default=0.0)
-    yield _header(arcroot, newest, 0o755, 0, directory=True)
-    for rel in dirs:
-        yield _header(f"{arcroot}/{rel}", newest, 0o755, 0, directory=True)
-    base = location.rstrip("/")
-    for rel, size, mtime in files:
-        yield _header(f"{arcroot}/{rel}", mtime, 0o644, size)
-        with storage.open_location(f"{base}/{rel}") as f:
-            left = size
-            while left > 0:  # exactly the size in the header, even if the object changes meanwhile
-                chunk = f.read(min(CHUNK, left)) or b"\0" * min(CHUNK, left)
-                left -= len(chunk)
-                yield chunk
-        if size % tarfile.BLOCKSIZE:
-            yield b"\0" * (tarfile.BLOCKSIZE - size % tarfile.BLOCKSIZE)
-    yield b"\0" * (2 * tarfile.BLOCKSIZE)
-
-
-def _header(name: str, mtime: float, mode: int, size: int, *, directory: bool = False) -> bytes:
-    info = tarfile.TarInfo(name)
-    info.mtime, info.mode = int(mtime), mode
-    if directory:
-        info.type, info.size = tarfile.DIRTYPE, 0
-    else:
-        info.size = size
-    return info.tobuf(format=tarfile.PAX_FORMAT)
-
-
-def tar_stream(root: Path, arcroot: str) -> Iterator[bytes]:
-    """A ustar/PAX archive of `root` generated piece by piece (tarfile's stream format, written by hand so
-    no file is ever held in memory whole). Regular files and directories only; symlinks are skipped."""
-    def header(name: str, st: os.stat_result) -> bytes:
-        return _header(name, st.st_mtime, stat.S_IMODE(st.st_mode), st.st_size, directory=stat.S_ISDIR(st.st_mode))
-
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        here = Path(dirpath)
-        rel = here.relative_to(root).as_posix()
-        yield header(arcroot if rel == "." else f"{arcroot}/{rel}", here.stat())
-        for name in sorted(filenames):
-            path = here / name
-            st = path.lstat()
-            if not stat.S_ISREG(st.st_mode):
-                continue
-            arcname = f"{arcroot}/{name}" if rel == "." else f"{arcroot}/{rel}/{name}"
-            with path.open("rb") as f:
-                st = os.fstat(f.fileno())
-                yield header(arcname, st)
-                left = st.st_size
-                while left > 0:  # exactly the size in the header, even if the file changes meanwhile
-                    chunk = f.read(min(CHUNK, left)) or b"\0" * min(CHUNK, left)
-                    left -= len(chunk)
-                    yield chunk
-            if st.st_size % tarfile.BLOCKSIZE:
-                yield b"\0" * (tarfile.BLOCKSIZE - st.st_size % tarfile.BLOCKSIZE)
-    yield b"\0" * (2 * tarfile.BLOCKSIZE)  # end of archive
+@router.get("/v1/checkpoints/{checkpoint_id}", summary="Retrieve a checkpoint", response_model=CheckpointPublic,
+            responses=problem_responses(401, 404, 429))
+def retrieve_checkpoint(ckpt: OwnedCheckpoint):
+    """One checkpoint."""
+    return checkpoint_public(ckpt)
 
 
 @router.get("/v1/checkpoints/{checkpoint_id}/content", summary="Download checkpoint content",
-            response_class=StreamingResponse,
-            responses={200: {"content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}},
-                             "description": "A tar of the checkpoint directory."},
-                       **problem_responses(401, 404, 429)})
-def download_checkpoint_content(ckpt: OwnedCheckpoint):
-    """The checkpoint directory as a tar archive, streamed."""
+            response_class=StreamingResponse, responses={**TAR, **problem_responses(401, 404, 422, 429)})
+def download_checkpoint_content(ckpt: OwnedCheckpoint, role: RoleQuery = "actor", merged: MergedQuery = False,
+                                include: IncludeQuery = None):
+    """The checkpoint's model as a Hugging Face directory in a tar archive, streamed: `config.json`,
+    safetensors weights and tokenizer files, loadable with `AutoModelForCausalLM` (policy),
+    `AutoModelForSequenceClassification` (reward model) or `AutoModelForTokenClassification`
+    (`role=critic`); a LoRA job's checkpoint gives its adapter (`merged=true`: the merged weights)."""
     # A sync handler, and a sync generator Starlette iterates in a thread: the store's blocking
     # calls never run on the event loop.
-    gone = ApiError(404, "checkpoint_unavailable", f"The files of checkpoint {ckpt.id} are no longer available.",
-                    param="checkpoint_id")
-    if _remote(ckpt):
-        storage = get_storage()
-        if not storage.is_complete(ckpt.path):
-            raise gone
-        stream = store_tar_stream(storage, ckpt.path, ckpt.id)
-    else:
-        root = _directory(ckpt)
-        if not root.is_dir():
-            raise gone
-        stream = tar_stream(root, ckpt.id)
-    return StreamingResponse(stream, media_type="application/x-tar",
-                             headers={"Content-Disposition": f'attachment; filename="{ckpt.id}.tar"'})
+    storage = get_storage()
+    if not storage.is_complete(ckpt.path):
+        raise ApiError(404, "checkpoint_unavailable", f"The files of checkpoint {ckpt.id} are no longer available.",
+                       param="checkpoint_id")
+    export = checkpoints.export_location(storage, ckpt.path, role)
+    entries = [] if export is None else archive.hf_files(
+        storage, export, lora=archive.is_lora_export(storage, export), merged=merged)
+    if not entries and include is None:
+        raise ApiError(404, "checkpoint_unavailable", f"Checkpoint {ckpt.id} holds no Hugging Face export of the "
+                       f"{role} (a role the job did not train, or a checkpoint of an older Keel); "
+                       "include=training_state gives its training state.", param="role")
+    if include == "training_state":
+        entries += archive.files(storage, ckpt.path, prefix="training_state",
+                                 keep=lambda rel: not rel.startswith(_HF_PARTS))
+    stem = "-".join([ckpt.id, *(["critic"] if role == "critic" else []), *(["merged"] if merged else []),
+                     *(["training-state"] if include else [])])
+    return StreamingResponse(archive.stream(storage, entries, stem), media_type="application/x-tar",
+                             headers=archive.content_disposition(f"{stem}.tar"))
+
+
+@router.delete("/v1/checkpoints/{checkpoint_id}", summary="Delete a checkpoint", response_model=CheckpointDeleted,
+               responses=problem_responses(401, 404, 409, 429))
+def delete_checkpoint(ckpt: OwnedCheckpoint, db: SessionDep):
+    """Delete a checkpoint and its files. Refused (409 `in_use`) while a queued or running job uses it
+    (as its model, teacher, reward model or `from_checkpoint`), or may resume from it (the newest
+    checkpoint of a job still running)."""
+    db.refresh(ckpt, with_for_update=True)
+    refuse_in_use(db, ckpt.project_id, [ckpt.id], "checkpoint_id")
+    owner = db.get(Job, ckpt.job_id)
+    newest = db.scalar(select(Checkpoint.id).where(Checkpoint.job_id == ckpt.job_id)
+                       .order_by(Checkpoint.step.desc()).limit(1))
+    if owner is not None and owner.status in references.ACTIVE_STATUSES and newest == ckpt.id:
+        raise ApiError(409, "in_use", f"Checkpoint {ckpt.id} is the newest of job {owner.id} ({owner.status}), "
+                       "which resumes from it if its worker is lost; wait for the job to finish.",
+                       param="checkpoint_id")
+    path = ckpt.path
+    db.execute(delete(Checkpoint).where(Checkpoint.id == ckpt.id))
+    db.commit()
+    remove_files(path)
+    return CheckpointDeleted(id=ckpt.id)
+

@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
+from api import openai_errors
 from api.deps import CurrentProject, SessionDep
 from api.errors import ApiError, not_found, problem_responses
 from api.pagination import AfterQuery, LimitQuery, page_of, paginate
@@ -51,7 +52,7 @@ _FORM_OVERHEAD = 64 * 1024
 _MAX_FIELD_BYTES = 16 * 1024
 _MAX_PARTS = 8
 _MAX_METADATA_PAIRS, _MAX_METADATA_KEY, _MAX_METADATA_VALUE = 16, 64, 512
-_MEDIA_TYPES = {"parquet": "application/vnd.apache.parquet", "jsonl": "application/jsonl"}
+_MEDIA_TYPES = {"parquet": "application/vnd.apache.parquet", "jsonl": "application/jsonl", "csv": "text/csv"}
 
 
 # --- dependencies --------------------------------------------------------------------------------
@@ -212,9 +213,11 @@ def _insert(db: Session, row: File) -> File | None:
     return None
 
 
-def _dataset_error(e: DatasetError) -> ApiError:
+def _dataset_error(e: DatasetError, purpose: str) -> ApiError:
     where = {k: v for k, v in (("row", e.row), ("line", e.line)) if v is not None}
     errors = [{"param": e.param, "msg": e.detail, "type": e.code, **where}] if where else None
+    if purpose == "fine-tune":  # OpenAI's upload: a 400 with its error object (the openai client's BadRequestError)
+        return openai_errors.bad_request(e.code, e.detail, param=e.param, errors=errors)
     return ApiError(422, e.code, e.detail, param=e.param, errors=errors)
 
 
@@ -222,7 +225,7 @@ def _inspect(path: str, purpose: str) -> DatasetInfo:
     try:
         return inspect_dataset(path, purpose)
     except DatasetError as e:
-        raise _dataset_error(e) from e
+        raise _dataset_error(e, purpose) from e
 
 
 def _inspect_stored(storage: Storage, key: str, purpose: str) -> DatasetInfo:
@@ -230,7 +233,7 @@ def _inspect_stored(storage: Storage, key: str, purpose: str) -> DatasetInfo:
         with storage.open(key) as f:
             return inspect_dataset(f, purpose)
     except DatasetError as e:
-        raise _dataset_error(e) from e
+        raise _dataset_error(e, purpose) from e
 
 
 def clean_filename(raw: str | None) -> str:

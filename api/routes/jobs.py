@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 from fastapi import Path as PathParam
-from sqlalchemy import func, select, tuple_, update
+from sqlalchemy import delete, func, select, tuple_, update
 from sqlalchemy.orm import Session, aliased
 
 from api import memory_plan
@@ -26,11 +26,13 @@ from api.deps import CurrentCaller, CurrentProject, SessionDep
 from api.errors import ApiError, not_found, problem_responses
 from api.idempotency import IdempotencyDep
 from api.pagination import AfterQuery, LimitQuery, page_of, paginate
+from api.removal import refuse_in_use, remove_files
 from api.schemas.jobs import (
     FILE_PURPOSE,
     TERMINAL_STATUSES,
     EvalMethod,
     JobCreate,
+    JobDeleted,
     JobPublic,
     JobsPublic,
     JobStatus,
@@ -38,11 +40,13 @@ from api.schemas.jobs import (
     RMDistillMethod,
 )
 from api.schemas.memory_plan import MemoryPlan
-from core import events
+from core import checkpoints, events
 from core import logging as logcontext
 from core.capacity import admission, fresh_nodes, job_demand
 from core.config import settings
+from core.integrations import check_tracking_uri
 from core.models import Checkpoint, File, Job, Model
+from core.storage import get_storage
 from workers import dispatch
 
 log = logging.getLogger(__name__)
@@ -91,12 +95,33 @@ def _model_ref(db: Session, project_id: str, ref: str, param: str, *, reward: bo
             raise ApiError(422, "invalid_model", f"{param}: {ref} is a {model.kind}, not a reward_model.",
                            param=param)
         return ref
+    if ref.startswith("ckpt-"):
+        _checkpoint_model(db, project_id, ref, param, reward=reward)
+        return ref
     if ref.startswith("/"):
         return _model_dir(ref, param)
     if _HUB_ID.fullmatch(ref) and ".." not in ref:
         return ref
-    raise ApiError(422, "invalid_model", f"{param}: expected a Keel model id (model-...), a hub id (org/name) "
-                   "or an absolute directory under a model root.", param=param)
+    raise ApiError(422, "invalid_model", f"{param}: expected a Keel model id (model-...), a checkpoint id "
+                   "(ckpt-...), a hub id (org/name) or an absolute directory under a model root.", param=param)
+
+
+_REWARD_METHODS = ("reward_model", "rm_distill")
+
+
+def _checkpoint_model(db: Session, project_id: str, ref: str, param: str, *, reward: bool) -> None:
+    """A checkpoint used as a model: its Hugging Face export (the actor's, for PPO) must exist."""
+    ckpt = db.get(Checkpoint, ref)
+    if ckpt is None or ckpt.project_id != project_id:
+        raise not_found("checkpoint", ref, param=param)
+    source = db.get(Job, ckpt.job_id)
+    if reward and (source is None or source.method not in _REWARD_METHODS):
+        raise ApiError(422, "invalid_model", f"{param}: {ref} is a checkpoint of a "
+                       f"{source.method if source else 'deleted'} job, not of a reward model.", param=param)
+    storage = get_storage()
+    if not storage.is_complete(ckpt.path) or checkpoints.export_location(storage, ckpt.path) is None:
+        raise ApiError(422, "invalid_model", f"{param}: checkpoint {ref} holds no Hugging Face export (its files "
+                       "are gone, or an older Keel wrote it).", param=param)
 
 
 def _training_file(db: Session, project_id: str, file_id: str, method: str, param: str) -> File:
@@ -132,7 +157,8 @@ _CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length"
 def _context_window(db: Session, ref: str) -> int | None:
     """The context window from the config.json of a local model (a directory or a Keel model);
     None when Keel cannot read it here (a hub id, an adapter directory, no or odd config)."""
-    path = db.get(Model, ref).path if ref.startswith("model-") else ref if ref.startswith("/") else None
+    path = (db.get(Model, ref).path if ref.startswith("model-") else checkpoints.local_export(db, ref)
+            if ref.startswith("ckpt-") else ref if ref.startswith("/") else None)
     config = Path(path) / "config.json" if path else None
     try:
         if config is None or not config.is_file():  # (never open a FIFO or a device)
@@ -183,7 +209,24 @@ def _resolve(db: Session, project_id: str, body: JobCreate) -> dict[str, Any]:
             adapter, "method.hyperparameters.model.lora_adapter_path")
     if body.from_checkpoint is not None:
         _checkpoint(db, project_id, body.from_checkpoint, method.type)
+    _check_integrations(body)
     return body.model_dump(mode="json")
+
+
+def _check_integrations(body: JobCreate) -> None:
+    """One tracker of each type, and MLflow URIs the deployment allows (`core.integrations`)."""
+    seen: set[str] = set()
+    for i, integration in enumerate(body.integrations):
+        if integration.type in seen:
+            raise ApiError(422, "invalid_request", f"integrations.{i}: a second {integration.type} integration; "
+                           "at most one of each type.", param=f"integrations.{i}.type")
+        seen.add(integration.type)
+        if integration.mlflow is not None:
+            try:
+                check_tracking_uri(integration.mlflow.tracking_uri)
+            except ValueError as exc:
+                param = f"integrations.{i}.mlflow.tracking_uri"
+                raise ApiError(422, "invalid_url", f"{param}: {exc}.", param=param) from exc
 
 
 def _check_eval(db: Session, project_id: str, body: JobCreate, method: EvalMethod) -> None:
@@ -268,7 +311,8 @@ def job_public(job: Job, queue_position: int | None = None) -> JobPublic:
         progress=_progress(job), queue_position=queue_position if job.status == "queued" else None,
         latest_metrics=_numbers(job.latest_metrics), error=_error(job.error), metadata=job.meta or {},
         attempts=job.attempts, placement=job.placement, created_by=job.created_by,
-        queue_reason=job.queue_reason if job.status == "queued" else None)
+        queue_reason=job.queue_reason if job.status == "queued" else None,
+        integrations=spec.get("integrations") or [])
 
 
 def _public_one(db: Session, job: Job) -> JobPublic:
@@ -372,3 +416,29 @@ def cancel_job(job: OwnedJob, project: CurrentProject, db: SessionDep, idem: Ide
     if appended:
         _best_effort("request_cancel", job.id)
     return public
+
+
+@router.delete("/{job_id}", summary="Delete a job", response_model=JobDeleted,
+               responses=problem_responses(401, 404, 409, 429))
+def delete_job(job: OwnedJob, db: SessionDep):
+    """Delete a finished job with its event log and checkpoints (rows and files). Its output model
+    stays (its `job_id` becomes null); delete that with `DELETE /v1/models/{id}`. A queued or running
+    job is a 409 `job_active`; one whose checkpoints a queued or running job uses is a 409 `in_use`."""
+    db.refresh(job, with_for_update=True)
+    if job.status not in TERMINAL_STATUSES:
+        raise ApiError(409, "job_active", f"Job {job.id} is {job.status}; cancel it or wait for it to finish "
+                       "before deleting it.", param="job_id")
+    saved = db.execute(select(Checkpoint.id, Checkpoint.path).where(Checkpoint.job_id == job.id)).all()
+    refuse_in_use(db, job.project_id, [c.id for c in saved], "job_id")
+    # The output directory holds the output model and result files: it goes only when neither exists.
+    keep_output = bool(job.result_files) or db.scalar(select(Model.id).where(Model.job_id == job.id).limit(1))
+    db.execute(delete(Job).where(Job.id == job.id))  # events and checkpoints cascade; models keep a null job_id
+    db.commit()
+    storage = get_storage()
+    for _, path in saved:
+        remove_files(path)
+    remove_files(storage.location(f"jobs/{job.id}/checkpoints"))
+    if not keep_output:
+        remove_files(storage.location(f"jobs/{job.id}/output"))
+    log.info("job deleted")
+    return JobDeleted(id=job.id)

@@ -1,4 +1,5 @@
-"""Trained models: the outputs of succeeded jobs, usable as the base, teacher or reward of later jobs."""
+"""Trained models: the outputs of succeeded jobs, usable as the base, teacher or reward of later jobs;
+downloadable as a Hugging Face directory (a tar streamed from the artifact store), and deletable."""
 
 from __future__ import annotations
 
@@ -6,13 +7,18 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query
 from fastapi import Path as PathParam
-from sqlalchemy import select
+from fastapi.responses import StreamingResponse
+from sqlalchemy import delete, select
 
+from api import archive
 from api.deps import CurrentProject, SessionDep
-from api.errors import not_found, problem_responses
+from api.errors import ApiError, not_found, problem_responses
 from api.pagination import AfterQuery, LimitQuery, page_of, paginate
-from api.schemas.jobs import ModelPublic, ModelsPublic
+from api.removal import refuse_in_use, remove_files
+from api.routes.checkpoints import TAR, MergedQuery
+from api.schemas.jobs import ModelDeleted, ModelPublic, ModelsPublic
 from core.models import Model
+from core.storage import get_storage
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 
@@ -31,7 +37,8 @@ OwnedModel = Annotated[Model, Depends(owned_model)]
 
 def model_public(m: Model) -> ModelPublic:
     return ModelPublic(id=m.id, name=m.name, kind=m.kind, format=m.format, base_model=m.base_model,
-                       job_id=m.job_id, created_at=int(m.created_at.timestamp()))
+                       job_id=m.job_id, created_at=int(m.created_at.timestamp()),
+                       created=int(m.created_at.timestamp()), owned_by=m.project_id)
 
 
 @router.get("", summary="List models", response_model=ModelsPublic, responses=problem_responses(401, 422, 429))
@@ -51,3 +58,35 @@ def list_models(project: CurrentProject, db: SessionDep, limit: LimitQuery = 20,
 def retrieve_model(model: OwnedModel):
     """One model."""
     return model_public(model)
+
+
+@router.get("/{model_id}/content", summary="Download a model", response_class=StreamingResponse,
+            responses={**TAR, **problem_responses(401, 404, 422, 429)})
+def download_model_content(model: OwnedModel, merged: MergedQuery = False):
+    """The model as a Hugging Face directory in a tar archive, streamed: `config.json`, safetensors
+    weights, tokenizer files and `generation_config.json` when there is one; load it with
+    `AutoModelForCausalLM` (policy), `AutoModelForSequenceClassification` (reward model) or
+    `AutoModelForTokenClassification` (value model). A `lora` model gives its adapter (load it with
+    `peft.PeftModel.from_pretrained(base, dir)`); `merged=true` gives the merged full weights."""
+    storage = get_storage()  # blocking calls: a sync handler runs in the threadpool
+    entries = archive.hf_files(storage, model.path, lora=model.format == "lora", merged=merged)
+    if not entries:
+        raise ApiError(404, "model_unavailable", f"The files of model {model.id} are no longer available.",
+                       param="model_id")
+    stem = f"{model.id}-merged" if merged and model.format == "lora" else model.id
+    return StreamingResponse(archive.stream(storage, entries, stem), media_type="application/x-tar",
+                             headers=archive.content_disposition(f"{stem}.tar"))
+
+
+@router.delete("/{model_id}", summary="Delete a model", response_model=ModelDeleted,
+               responses=problem_responses(401, 404, 409, 429))
+def delete_model(model: OwnedModel, db: SessionDep):
+    """Delete a model and its files. Refused (409 `in_use`) while a queued or running job uses it as
+    its model, teacher, reward model or `compare_to`."""
+    db.refresh(model, with_for_update=True)
+    refuse_in_use(db, model.project_id, [model.id], "model_id")
+    path = model.path
+    db.execute(delete(Model).where(Model.id == model.id))
+    db.commit()
+    remove_files(path)
+    return ModelDeleted(id=model.id)

@@ -9,8 +9,9 @@ from pydantic import BaseModel, Field
 from api.pagination import Page
 from core.models import File
 
-FilePurpose = Literal["preference", "prompts", "sft", "eval_results"]
-"""`eval_results` files are written by eval jobs (`JobPublic.result_files`); they cannot be uploaded."""
+FilePurpose = Literal["preference", "prompts", "sft", "fine-tune", "eval_results", "fine-tune-results"]
+"""`eval_results` files are written by eval jobs (`JobPublic.result_files`), `fine-tune-results` (a CSV of
+step metrics) by fine-tuning jobs (docs/openai.md); neither can be uploaded."""
 
 
 class ColumnStats(BaseModel):
@@ -36,7 +37,7 @@ class FilePublic(BaseModel):
     filename: str = Field(description="The uploaded file's base name (never a path).")
     bytes: int
     sha256: str
-    format: Literal["parquet", "jsonl"]
+    format: Literal["parquet", "jsonl", "csv"]
     rows: int | None
     columns: list[str] = Field(description="The purpose's columns in the file; other columns are ignored.")
     stats: dict[str, ColumnStats]
@@ -82,9 +83,11 @@ UPLOAD_BODY = {
         "properties": {
             "file": {"type": "string", "format": "binary",
                      "description": "A parquet or JSON Lines file (the format is told by its content)."},
-            "purpose": {"type": "string", "enum": ["preference", "prompts", "sft"],
+            "purpose": {"type": "string", "enum": ["preference", "prompts", "sft", "fine-tune"],
                         "description": "preference: prompt, chosen, rejected (+ margin); prompts: prompt "
-                                       "(+ ground_truth, data_source); sft: prompt, response."},
+                                       "(+ ground_truth, data_source); sft: prompt, response; fine-tune: "
+                                       "OpenAI's fine-tuning JSON Lines (chat, dpo or reinforcement rows, "
+                                       "told apart by their fields; errors are 400s)."},
             "metadata": {"type": "string",
                          "description": "A JSON object of up to 16 string pairs (keys up to 64 characters, "
                                         "values up to 512)."},

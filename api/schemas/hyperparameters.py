@@ -147,8 +147,8 @@ class ModelConfig(Strict):
         _offload_needs_fsdp2(self)
         if self.strategy == "fsdp2" and (self.lora_rank or self.lora_adapter_path):
             raise errors_at(type(self).__name__, (("strategy",), self.strategy,
-                                                  "strategy fsdp2 does not support LoRA: set lora_rank to 0 "
-                                                  "or use strategy ddp"))
+                                                  ("strategy fsdp2 does not support LoRA: set lora_rank to 0 "
+                                                   "or use strategy ddp")))
         return self
 
 
@@ -212,6 +212,11 @@ class TrainerConfig(Strict):
     max_duration_s: Annotated[float, Field(gt=0.0, le=MAX_SECONDS)] | None = None
     """Wall-clock budget of the whole run, earlier attempts included: past it the job saves a
     checkpoint at the next step boundary and fails with `max_duration_exceeded` (None: no limit)."""
+    max_actor_ckpt_to_keep: Annotated[int, Field(ge=1, le=MAX_STEPS)] | None = None
+    """Keep only the newest N checkpoints (supervised methods: the model's); older ones are deleted,
+    files and all, as new ones are recorded, except those a queued or running job uses (None: keep all)."""
+    max_critic_ckpt_to_keep: Annotated[int, Field(ge=1, le=MAX_STEPS)] | None = None
+    """PPO: keep the critic part of only the newest N checkpoints (None: keep all)."""
 
 
 class PPOTrainerConfig(TrainerConfig):
@@ -529,8 +534,8 @@ class PPOConfig(Strict):
         for role in ("actor", "critic"):
             if (self.model.lora_rank or self.model.lora_adapter_path) and getattr(self, role).strategy == "fsdp2":
                 problems.append(((role, "strategy"), "fsdp2",
-                                 f"{role}.strategy fsdp2 does not support LoRA: set model.lora_rank to 0 "
-                                 "or use strategy ddp"))
+                                 (f"{role}.strategy fsdp2 does not support LoRA: set model.lora_rank to 0 "
+                                  "or use strategy ddp")))
         if problems:
             raise errors_at("PPOConfig", *problems)
         return self

@@ -25,15 +25,16 @@ JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelling", "c
 TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
 EventType = Literal["job.status", "job.metrics", "job.checkpoint", "job.log", "job.warning", "job.error", "job.done",
                     "job.placement"]
-RewardFunction = Literal["gsm8k", "exact_match", "regex", "length_penalty", "data_source"]
+RewardFunction = Literal["gsm8k", "exact_match", "regex", "length_penalty", "data_source", "grader"]
+"""`grader`: an OpenAI grader, JSON in `options.grader` (engine/graders.py; docs/openai.md)."""
 
 FILE_PURPOSE = {"sft": "sft", "reward_model": "preference", "rm_distill": "preference", "dpo": "preference",
                 "ppo": "prompts", "eval": "prompts"}
 """The dataset purpose each method trains on."""
 
 ModelRef = Annotated[str, Field(min_length=1, max_length=500, description=(
-    "A Keel model id (`model-...`) of this project, a hub id (`org/name`), or an absolute directory "
-    "under one of the deployment's model roots."), examples=["Qwen/Qwen2.5-0.5B-Instruct"])]
+    "A Keel model id (`model-...`) or checkpoint id (`ckpt-...`: its Hugging Face export) of this project, "
+    "a hub id (`org/name`), or an absolute directory under one of the deployment's model roots."), examples=["Qwen/Qwen2.5-0.5B-Instruct"])]
 ResourceId = Annotated[str, Field(min_length=1, max_length=64)]
 _OVERRIDE_MAX = 1000
 Override = Annotated[str, Field(min_length=3, max_length=_OVERRIDE_MAX,
@@ -139,6 +140,47 @@ Metadata = Annotated[dict[Annotated[str, Field(min_length=1, max_length=64)], An
                            examples=[{"team": "align"}])]
 
 
+_Label = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f]*$")]
+
+
+class WandbSettings(Strict):
+    """Where the W&B run goes. The API key is the project secret `WANDB_API_KEY` (never in the job)."""
+
+    project: _Label
+    name: _Label | None = None
+    """The run's display name (default: the job id)."""
+    entity: _Label | None = None
+    tags: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=20)
+
+
+class MLflowSettings(Strict):
+    """Where the MLflow run goes. Credentials are the project secrets `MLFLOW_TRACKING_TOKEN` or
+    `MLFLOW_TRACKING_USERNAME`/`MLFLOW_TRACKING_PASSWORD`."""
+
+    tracking_uri: Annotated[str, Field(min_length=1, max_length=2000)]
+    """http(s) on a public address, or under one of the deployment's `KEEL_MLFLOW_TRACKING_URI_PREFIXES`."""
+    experiment: _Label = "keel"
+
+
+class Integration(Strict):
+    """An experiment tracker that gets every metric of the job at its step, mirrored by the workers from
+    the job's event log (training never waits on it). `tensorboard` writes event files, downloadable at
+    `GET /v1/jobs/{job_id}/tensorboard`."""
+
+    type: Literal["wandb", "tensorboard", "mlflow"]
+    wandb: WandbSettings | None = None
+    """Required for `type: wandb`, and only there."""
+    mlflow: MLflowSettings | None = None
+    """Required for `type: mlflow`, and only there."""
+
+    @model_validator(mode="after")
+    def _settings_match_type(self):
+        for kind in ("wandb", "mlflow"):
+            if (getattr(self, kind) is None) == (self.type == kind):
+                raise ValueError(f"`{kind}` is required when type is {kind}, and allowed only then")
+        return self
+
+
 class JobCreate(Strict):
     """A training job: a base model, a dataset, and a method with its hyperparameters."""
 
@@ -157,6 +199,8 @@ class JobCreate(Strict):
     resources: Resources = Field(default_factory=Resources)
     from_checkpoint: ResourceId | None = None
     """A checkpoint (of this project, same method) to continue training from."""
+    integrations: list[Integration] = Field(default_factory=list, max_length=3)
+    """Experiment trackers to mirror the job's metrics to (at most one of each type)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -245,6 +289,8 @@ class JobPublic(BaseModel):
     """Where the latest attempt's workers run, once they started (see `job.placement`)."""
     created_by: str | None = None
     """The id of the API key that created the job (null for jobs from before keys were recorded)."""
+    integrations: list[Integration] = Field(default_factory=list)
+    """Experiment trackers the job's metrics are mirrored to."""
 
 
 class JobsPublic(Page[JobPublic]):
@@ -306,6 +352,24 @@ class CheckpointsPublic(Page[CheckpointPublic]):
     pass
 
 
+class CheckpointDeleted(BaseModel):
+    id: str
+    object: Literal["checkpoint"] = "checkpoint"
+    deleted: Literal[True] = True
+
+
+class ModelDeleted(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    deleted: Literal[True] = True
+
+
+class JobDeleted(BaseModel):
+    id: str
+    object: Literal["job"] = "job"
+    deleted: Literal[True] = True
+
+
 class ModelPublic(BaseModel):
     """A trained model; usable as `model`, `method.teacher` or `method.reward.model` of later jobs."""
 
@@ -317,6 +381,10 @@ class ModelPublic(BaseModel):
     base_model: str
     job_id: str | None
     created_at: int
+    created: int | None = None
+    """`created_at` again, under the name OpenAI's `models.list()` reads."""
+    owned_by: str | None = None
+    """The project that owns the model (OpenAI's field)."""
 
 
 class ModelsPublic(Page[ModelPublic]):

@@ -263,13 +263,8 @@ class ActorRollout(TrainableRole):
     def save_model(self, out_dir: str) -> str:
         """Write the trained policy for use outside Keel; returns `hf` or `lora`. Under fsdp2 every
         worker is called: the full weights are gathered to rank 0."""
-        model = self.model
-        if self.sharded is not None:
-            state = sharding.full_state_dict(self.model)
-            if state is None:
-                return "hf"
-            model = sharding.plain_copy(self.model, state)
-        elif self.rank != 0:
+        model = self._full_model()
+        if model is None:
             return "hf"
         with self.artifacts.writing(out_dir) as local:  # a URL: written on this node, then uploaded
             return save_model(model, self.tokenizer, local, dtype=self.precision.dtype)

@@ -17,7 +17,7 @@ from engine import packing, sharding
 from engine.algos import masked_mean, value_loss
 from engine.artifacts import Artifacts
 from engine.config import PPOConfig
-from engine.models import load_value_model, token_values
+from engine.models import load_tokenizer, load_value_model, token_values
 from engine.precision import Precision
 from engine.roles.actor import loss_weight, mini_batch_totals
 from engine.roles.base import MetricSums, TrainableRole, iter_micro_batches, pad_response
@@ -41,7 +41,9 @@ class Critic(TrainableRole):
                          artifacts=artifacts)
         self.cfg = config
         model_cfg = dataclasses.replace(config.model, lora_adapter_path=None)
-        self.model = load_value_model(self.artifacts.stage(model_path), model_cfg, trainable=True).to(self.device)
+        model_path = self.artifacts.stage(model_path)
+        self.tokenizer = load_tokenizer(model_path)  # only for the checkpoints' Hugging Face export
+        self.model = load_value_model(model_path, model_cfg, trainable=True).to(self.device)
         self.optimizer = build_optimizer(self.model, config.critic.optim)
         self.scheduler = build_scheduler(self.optimizer, config.critic.optim, total_steps)
         self.precision = Precision(config.model.dtype, self.device)

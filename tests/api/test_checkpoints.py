@@ -63,29 +63,35 @@ def test_list_checkpoints_newest_first(client, auth, checkpoints):
 
 
 def test_download_streams_a_tar_of_the_directory(client, auth, checkpoints, checkpoint_dir):
+    """`include=training_state`: the checkpoint's files under `training_state/` (no export here: a
+    checkpoint of an older Keel; `tests/api/test_downloads.py` covers the Hugging Face export)."""
     ckpt = checkpoints[1][1]
-    r = client.get(f"/v1/checkpoints/{ckpt}/content", headers=auth)
+    r = client.get(f"/v1/checkpoints/{ckpt}/content?include=training_state", headers=auth)
     assert r.status_code == 200, r.text
     assert r.headers["content-type"] == "application/x-tar"
-    assert r.headers["content-disposition"] == f'attachment; filename="{ckpt}.tar"'
+    root = f"{ckpt}-training-state"
+    assert r.headers["content-disposition"] == f'attachment; filename="{root}.tar"'
+    state = f"{root}/training_state"
     with tarfile.open(fileobj=io.BytesIO(r.content)) as tar:
         names = tar.getnames()
-        assert names == [ckpt, f"{ckpt}/COMPLETE", f"{ckpt}/extra.json", f"{ckpt}/actor",
-                         f"{ckpt}/actor/model.safetensors", f"{ckpt}/actor/optim", f"{ckpt}/actor/optim/state.pt"]
+        assert names == [root, state, f"{state}/actor", f"{state}/actor/optim", f"{state}/COMPLETE",
+                         f"{state}/actor/model.safetensors", f"{state}/actor/optim/state.pt", f"{state}/extra.json"]
         for rel in ("extra.json", "actor/model.safetensors", "actor/optim/state.pt", "COMPLETE"):
-            assert tar.extractfile(f"{ckpt}/{rel}").read() == (checkpoint_dir / rel).read_bytes()
-        assert tar.getmember(f"{ckpt}/actor").isdir()
+            assert tar.extractfile(f"{state}/{rel}").read() == (checkpoint_dir / rel).read_bytes()
+        assert tar.getmember(f"{state}/actor").isdir()
 
 
 def test_the_tar_is_generated_in_bounded_pieces(checkpoint_dir):
-    from api.routes.checkpoints import CHUNK, tar_stream
+    from api import archive
+    from core.storage import get_storage
 
-    pieces = list(tar_stream(checkpoint_dir, "c"))
-    assert max(len(p) for p in pieces) <= CHUNK
+    storage = get_storage()
+    pieces = list(archive.stream(storage, archive.files(storage, str(checkpoint_dir)), "c"))
+    assert max(len(p) for p in pieces) <= archive.CHUNK
     data = b"".join(pieces)
     assert len(data) % tarfile.BLOCKSIZE == 0
     with tarfile.open(fileobj=io.BytesIO(data), mode="r|") as tar:  # a streaming reader accepts it too
-        assert sum(1 for m in tar if m.isfile()) == 4
+        assert sum(1 for m in tar if m.isfile()) == 4  # the symlink is left out
 
 
 def test_missing_files_and_other_projects(client, auth, other_auth, db, checkpoints):

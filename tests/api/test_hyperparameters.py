@@ -74,6 +74,11 @@ ENGINE_REFUSES = [
     ("reward_model", {"optim": {"betas": [0.9]}}),
     ("rm_distill", {"loss": "huber"}),
     ("rm_distill", {"model": {"lora_rank": -1}}),
+    ("sft", {"model": {"strategy": "fsdp2", "lora_rank": 4}}),
+    ("sft", {"model": {"fsdp_config": {"param_offload": True}}}),
+    ("ppo", {"model": {"strategy": "fsdp2"}}),
+    ("ppo", {"model": {"lora_rank": 8}, "critic": {"strategy": "fsdp2"}}),
+    ("ppo", {"actor": {"fsdp_config": {"optimizer_offload": True}}}),
 ]
 
 

@@ -85,7 +85,8 @@ def test_create_fills_in_defaults_with_verl_names(client, auth, db, files, dispa
                           "max_response_length": 2048, "max_length": 256, "truncation": "error", "shuffle": True}
     assert hp["optim"]["lr"] == 1e-4 and hp["optim"]["betas"] == [0.9, 0.999]
     assert hp["trainer"] == {"total_epochs": 1, "total_training_steps": 100, "save_freq": 20, "test_freq": 20,
-                             "critic_warmup": 0, "max_duration_s": None}
+                             "critic_warmup": 0, "max_duration_s": None, "max_actor_ckpt_to_keep": None,
+                             "max_critic_ckpt_to_keep": None}
     assert hp["model"]["lora_rank"] == 0 and hp["center_rewards_coefficient"] == 0.0
     assert hp["micro_batch_size_per_gpu"] == 2 and hp["max_token_len_per_gpu"] == 3072
     assert job["model"] == "org/name" and job["training_file"] == files["preference"]
@@ -182,7 +183,7 @@ INVALID_RM = [
     (f"{RM_HP}.optim.betas", [0.9, 1.5], 422, "invalid_request", f"{RM_HP}.optim.betas.1"),
     (f"{RM_HP}.trainer.save_freq", 0, 422, "invalid_request", f"{RM_HP}.trainer.save_freq"),
     (f"{RM_HP}.model.lora_rank", "big", 422, "invalid_request", f"{RM_HP}.model.lora_rank"),
-    ("method.type", "dpo", 422, "invalid_request", "method.type"),
+    ("method.type", "orpo", 422, "invalid_request", "method.type"),
     ("method", {"hyperparameters": {}}, 422, "invalid_request", "method.type"),
     ("method", "sft", 422, "invalid_request", "method"),
     ("seed", -1, 422, "invalid_request", "seed"),
@@ -453,7 +454,7 @@ def test_retrieve_shows_what_the_worker_wrote(client, auth, db, files, dispatche
         status="failed", finished_at=datetime.now(UTC), error={"code": "diverged", "message": "KL too high"}))
     db.commit()
     job = client.get(f"/v1/jobs/{job_id}", headers=auth).json()
-    assert job["error"] == {"code": "diverged", "message": "KL too high", "param": None}
+    assert job["error"] == {"code": "diverged", "message": "KL too high", "param": None, "error_id": None}
 
 
 # --- cancel ----------------------------------------------------------------------------------------

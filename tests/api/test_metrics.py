@@ -86,7 +86,7 @@ def test_jobs_by_status_and_the_queue_come_from_the_database(client, db, project
 
 def test_open_event_streams_are_a_gauge(live_server, auth, db, project_key):
     job = _job(db, project_key[0], status="queued")
-    get = lambda path: httpx.get(live_server + path, timeout=10)  # noqa: E731
+    get = lambda path: httpx.get(live_server + path, timeout=10)
     base = _value(scrape(get), "keel_sse_connections")
     with httpx.Client(timeout=10) as http:
         streams = [http.send(http.build_request("GET", f"{live_server}/v1/jobs/{job}/events/stream", headers=auth),

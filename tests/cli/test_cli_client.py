@@ -1,4 +1,4 @@
-"""`keel files|jobs|checkpoints` against a live server: output, exit codes and problem messages."""
+"""`keel files|jobs|checkpoints|models` against a live server: output, exit codes and problem messages."""
 
 from __future__ import annotations
 
@@ -129,8 +129,9 @@ def test_checkpoint_download_unpacks_into_the_directory(cli_env, no_dispatch, ru
 
     job_id = _create(run_keel, tmp_path, keel_home, _upload(run_keel, tmp_path))
     src = tmp_path / "ckpt"
-    (src / "actor").mkdir(parents=True)
+    (src / "actor" / "hf").mkdir(parents=True)
     (src / "actor" / "model.safetensors").write_bytes(bytes(range(256)) * 100)
+    (src / "actor" / "hf" / "config.json").write_text("{}")
     (src / "COMPLETE").write_text("")
     with session_scope() as db:
         ckpt = Checkpoint(job_id=job_id, project_id=cli_env, step=1, path=str(src), bytes=25600)
@@ -140,8 +141,11 @@ def test_checkpoint_download_unpacks_into_the_directory(cli_env, no_dispatch, ru
     out = tmp_path / "downloaded"
     result = run_keel("checkpoints", "download", ckpt_id, str(out))
     assert result.exit_code == 0, result.output
-    assert (out / "actor" / "model.safetensors").read_bytes() == bytes(range(256)) * 100
-    assert (out / "COMPLETE").exists() and "2 files" in result.stderr
+    assert (out / "config.json").read_text() == "{}" and "1 files" in result.stderr
+    result = run_keel("checkpoints", "download", ckpt_id, str(out), "--training-state")
+    assert result.exit_code == 0, result.output
+    assert (out / "training_state" / "actor" / "model.safetensors").read_bytes() == bytes(range(256)) * 100
+    assert (out / "training_state" / "COMPLETE").exists() and "3 files" in result.stderr
     missing = run_keel("checkpoints", "download", "ckpt-nope", str(out))
     assert missing.exit_code == 1 and "Not Found" in missing.stderr
     run_keel("jobs", "cancel", job_id)

@@ -299,14 +299,16 @@ def test_pair_prompt_lengths_follow_truncation(demo_assets):
 
 @pytest.mark.slow
 def test_one_and_two_workers_match(demo_assets, ray_local, tmp_path):
-    """Two Ray actors (gloo all-reduce; rank 0 computes the reference cache) follow the 1-worker run."""
+    """Two Ray actors (gloo all-reduce; rank 0 computes the reference cache), replicated (ddp) or
+    sharded (fsdp2), follow the 1-worker run."""
     curves = {}
-    for workers in (1, 2):
+    for workers, strategy in ((1, "ddp"), (2, "ddp"), (2, "fsdp2")):
         reporter = RecordingReporter()
-        run_dpo(dpo_request(demo_assets, tmp_path / str(workers), steps=4, workers=workers,
-                            config={"trainer": {"test_freq": 2}}), reporter)
+        run_dpo(dpo_request(demo_assets, tmp_path / f"{workers}-{strategy}", steps=4, workers=workers,
+                            config={"trainer": {"test_freq": 2}, "model": {"strategy": strategy}}), reporter)
         assert f"{workers} worker(s)" in " ".join(e["message"] for e in reporter.of("log"))
-        curves[workers] = [v for n in ("train/loss", "rewards/margins", "val/loss", "val/rewards/accuracies")
-                           for v in reporter.series(n)]
-    assert len(curves[1]) == 12
-    assert curves[2] == pytest.approx(curves[1], rel=1e-4, abs=1e-5)
+        curves[workers, strategy] = [v for n in ("train/loss", "rewards/margins", "val/loss", "val/rewards/accuracies")
+                                     for v in reporter.series(n)]
+    assert len(curves[1, "ddp"]) == 12
+    assert curves[2, "ddp"] == pytest.approx(curves[1, "ddp"], rel=1e-4, abs=1e-5)
+    assert curves[2, "fsdp2"] == pytest.approx(curves[1, "ddp"], rel=1e-4, abs=1e-5)

@@ -276,3 +276,29 @@ def test_data_parallel_on_ray_gives_the_same_samples(demo_assets, prompts, tmp_p
     assert b["eval/win_rate"] == pytest.approx(a["eval/win_rate"], abs=0.05)
     ranks = {(w["role"], w["rank"]) for w in reporter.of("placement")[0]["workers"]}
     assert ranks == {(role, r) for role in ("policy", "compare", "reward") for r in (0, 1)}
+
+
+def test_compare_to_with_another_vocabulary_is_decoded_with_its_own_tokenizer(demo_assets, prompts, tmp_path,
+                                                                             even_first_token):
+    """`compare_to` whose tokenizer differs (here: one added token) gets its own reward worker, which
+    decodes its responses with that tokenizer; the samples and scores are those of the original."""
+    import shutil
+
+    from engine.models import load_tokenizer
+
+    other = tmp_path / "other_vocab"
+    shutil.copytree(demo_assets["small_model"], other)
+    tokenizer = load_tokenizer(str(other))
+    tokenizer.add_tokens(["<|extra|>"])
+    tokenizer.save_pretrained(other)
+    runs = {}
+    for name, path in (("same", demo_assets["small_model"]), ("other", str(other))):
+        reporter = RecordingReporter()
+        request = make_request(demo_assets, prompts, tmp_path / name, reward={"function": even_first_token},
+                               compare_to=path, config={"rollout": {"n": 2}})
+        run_eval(request, reporter)
+        runs[name] = (results(request), {w["role"] for w in reporter.of("placement")[0]["workers"]})
+    assert runs["same"][1] == {"policy", "compare", "reward"}
+    assert runs["other"][1] == {"policy", "compare", "reward", "compare_reward"}
+    for key in ("compare_response", "compare_score", "response", "score"):
+        assert [r[key] for r in runs["other"][0]] == [r[key] for r in runs["same"][0]], key

@@ -12,7 +12,16 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from engine.config import JobRequest, ModelConfig, PPOConfig, Resources, RewardModelConfig, SFTConfig, build_config
+from engine.checkpoint import CheckpointError
+from engine.config import (
+    JobRequest,
+    ModelConfig,
+    PPOConfig,
+    Resources,
+    RewardModelConfig,
+    SFTConfig,
+    build_config,
+)
 from engine.errors import Cancelled, ConfigError
 from engine.reporting import RecordingReporter
 
@@ -90,9 +99,9 @@ def test_fsdp2_reward_model_resumes_exactly_from_shards(demo_assets, ray_local, 
     from transformers import AutoModelForSequenceClassification
 
     assert AutoModelForSequenceClassification.from_pretrained(full.output_dir).score.out_features == 1
-    with pytest.raises(Exception, match="resume it with 2 workers"):  # shards fit their world size only
+    with pytest.raises(CheckpointError, match="resume it with 2 workers"):  # shards fit their world size
         run(dataclasses.replace(cut, resume_from=step2, resources=Resources(num_workers=1),
-                                config=build_config(RewardModelConfig, {"model": {"strategy": "ddp"}})))
+                                ))
 
 
 # --- the sharding primitives in two local gloo processes ----------------------------------------------
@@ -200,3 +209,34 @@ def test_strategy_rules(cls, data, param):
     with pytest.raises(ConfigError) as err:
         build_config(cls, data)
     assert err.value.param == param
+
+
+@pytest.mark.slow
+def test_ppo_fsdp2_actor_and_critic_match_ddp(demo_assets, ray_local, tmp_path):
+    """`actor.strategy` / `critic.strategy` fsdp2 with 2 workers: same losses and weights as ddp,
+    half the actor + critic state per worker (checkpoints and the export go through the shards)."""
+    from engine.ppo import run_ppo
+
+    out = {}
+    for strategy in ("ddp", "fsdp2"):
+        reporter = RecordingReporter()
+        cfg = build_config(PPOConfig, {
+            "data": {"train_batch_size": 4, "max_prompt_length": 32, "max_response_length": 8},
+            "actor": {"ppo_mini_batch_size": 2, "ppo_epochs": 1, "optim": {"lr": 1e-4}, "strategy": strategy},
+            "critic": {"strategy": strategy}, "rollout": {"n": 2},
+            "trainer": {"total_training_steps": 2, "save_freq": 2, "test_freq": 2}})
+        req = JobRequest(job_id="ppo", method="ppo", config=cfg, model_path=demo_assets["model"],
+                         training_file=demo_assets["prompts_train"], validation_file=demo_assets["prompts_val"],
+                         output_dir=str(tmp_path / strategy / "out"), checkpoint_dir=str(tmp_path / strategy / "ckpt"),
+                         seed=7, reward={"function": "gsm8k"}, resources=Resources(num_workers=2))
+        result = run_ppo(req, reporter)
+        out[strategy] = (reporter, load_file(os.path.join(result.output_dir, "model.safetensors")))
+    (ddp, ddp_w), (fsdp, fsdp_w) = out["ddp"], out["fsdp2"]
+    for name in ("actor/pg_loss", "critic/vf_loss", "actor/grad_norm", "critic/grad_norm"):
+        assert fsdp.series(name) == pytest.approx(ddp.series(name), rel=1e-4, abs=1e-7), name
+    for key, value in ddp_w.items():
+        torch.testing.assert_close(fsdp_w[key], value, rtol=1e-4, atol=1e-6, msg=key)
+    name = "perf/model_state_bytes_per_worker"
+    assert fsdp.series(name)[-1] <= 0.6 * ddp.series(name)[-1]
+    assert set(os.listdir(os.path.join(tmp_path, "fsdp2", "ckpt", "step_2", "actor"))) >= {
+        "model.rank0.safetensors", "model.rank1.safetensors", "shards.json"}

@@ -187,8 +187,10 @@ def test_checkpoint_listing_and_download(sdk, base_model, no_dispatch, tmp_path)
 
     job_id = _queued_job(sdk, base_model)
     ckpt_dir = tmp_path / "step_2"
-    (ckpt_dir / "actor").mkdir(parents=True)
-    (ckpt_dir / "actor" / "model.safetensors").write_bytes(b"\x00\x01" * 1000)
+    (ckpt_dir / "actor" / "hf").mkdir(parents=True)  # the Hugging Face export the route serves
+    (ckpt_dir / "actor" / "hf" / "model.safetensors").write_bytes(b"\x00\x01" * 1000)
+    (ckpt_dir / "actor" / "hf" / "config.json").write_text('{"model_type": "llama"}')
+    (ckpt_dir / "actor" / "COMPLETE").write_text("ok")
     (ckpt_dir / "COMPLETE").write_text("ok")
     with session_scope() as db:
         project_id = db.get(Job, job_id).project_id
@@ -201,10 +203,11 @@ def test_checkpoint_listing_and_download(sdk, base_model, no_dispatch, tmp_path)
     assert [c.id for c in page.data] == [ckpt_id] and page.data[0].step == 2
     content = download_checkpoint_content.sync(ckpt_id, client=sdk)
     with tarfile.open(fileobj=content.payload) as tar:
+        names = tar.getnames()
         tar.extractall(tmp_path / "out", filter="data")
     out = tmp_path / "out" / ckpt_id
-    assert (out / "actor" / "model.safetensors").read_bytes() == b"\x00\x01" * 1000
-    assert (out / "COMPLETE").read_text() == "ok"
+    assert (out / "model.safetensors").read_bytes() == b"\x00\x01" * 1000, names
+    assert json.loads((out / "config.json").read_text()) == {"model_type": "llama"}
     cancel_job.sync(job_id, client=sdk)
 
 

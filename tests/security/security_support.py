@@ -16,11 +16,11 @@ from types import ModuleType
 from sqlalchemy import update
 
 ROOT = Path(__file__).resolve().parents[2]
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/redoc", "/openapi.json", "/metrics"})
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/redoc", "/openapi.json", "/metrics",
+                          "/", "/console/{asset:path}"})  # the web console: static files, it asks for a key
 """The routes that answer without a key (`/metrics` takes KEEL_METRICS_TOKEN instead, when set); the
 docs' static assets (a mount) are public too."""
-ADMIN_PREFIX = "/v1/keys"
-"""Routes for admin keys only (a project key gets 403): tests/api/test_keys_routes.py covers them."""
+
 DOCS_ASSETS_PREFIX = "/docs-assets"
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
@@ -53,6 +53,14 @@ class RouteInfo:
     method: str
     path: str
     in_schema: bool
+    admin: bool = False
+    """For admin keys only (`api.deps.AdminCaller`): a project key gets 403 (their own tests cover them)."""
+
+
+def _needs_admin(dependant) -> bool:
+    from api.deps import get_admin
+
+    return dependant is not None and (dependant.call is get_admin or any(_needs_admin(d) for d in dependant.dependencies))
 
 
 def iter_routes(app) -> Iterator[RouteInfo]:
@@ -71,8 +79,9 @@ def iter_routes(app) -> Iterator[RouteInfo]:
                 yield RouteInfo("*", path, False)
                 continue
             in_schema = bool(getattr(route, "include_in_schema", True))
+            admin = _needs_admin(getattr(route, "dependant", None))
             for method in sorted(methods):
-                yield RouteInfo(method, path, in_schema)
+                yield RouteInfo(method, path, in_schema, admin)
 
     seen: set[tuple[str, str]] = set()
     for info in walk(app.router.routes):
@@ -114,6 +123,7 @@ class World:
     queued_job_id: str
     checkpoint_id: str
     model_id: str
+    webhook_id: str = ""
 
     @property
     def headers(self) -> dict[str, str]:
@@ -122,7 +132,7 @@ class World:
     @property
     def ids(self) -> dict[str, str]:
         return {"file_id": self.file_id, "job_id": self.job_id, "checkpoint_id": self.checkpoint_id,
-                "model_id": self.model_id}
+                "model_id": self.model_id, "webhook_id": self.webhook_id}
 
 
 def build_world(client, keel_home: Path, monkeypatch, prefix: str = "world") -> World:
@@ -171,7 +181,14 @@ def build_world(client, keel_home: Path, monkeypatch, prefix: str = "world") -> 
                                                             "metrics": {"val/loss": 0.5}}, commit=False)
         events.append_event(db, job_id, "job.status", {"status": "succeeded"}, commit=False)
         events.append_event(db, job_id, "job.done", {"status": "succeeded"}, commit=False)
-    return World(project_id, key, file_id, spare_file_id, job_id, queued_job_id, checkpoint_id, model_id)
+    tensorboard = keel_home / "artifacts" / "jobs" / job_id / "tensorboard"  # its `tensorboard` integration's logs
+    tensorboard.mkdir(parents=True)
+    (tensorboard / "events.out.tfevents.1.world").write_bytes(os.urandom(64))
+    # After the events: the webhook (to a closed loopback port) has nothing to send.
+    r = client.post("/v1/webhooks", headers=auth, json={"url": "http://127.0.0.1:9/hook"})
+    assert r.status_code == 201, r.text
+    return World(project_id, key, file_id, spare_file_id, job_id, queued_job_id, checkpoint_id, model_id,
+                 webhook_id=r.json()["id"])
 
 
 def retire_jobs(project_id: str) -> None:

@@ -40,7 +40,7 @@ def test_the_route_list_is_the_whole_app():
     assert enumerated == documented
     hidden = {(r.method, r.path) for r in iter_routes(live_app) if not r.in_schema}
     assert hidden == {("GET", "/openapi.json"), ("HEAD", "/openapi.json"), ("GET", "/docs"), ("GET", "/redoc"),
-                      ("*", "/docs-assets"), ("GET", "/metrics")}
+                      ("*", "/docs-assets"), ("GET", "/metrics"), ("GET", "/"), ("GET", "/console/{asset:path}")}
     assert len(PROTECTED) >= 17 and all(r.path.startswith("/v1/") for r in PROTECTED)
 
 
@@ -98,16 +98,17 @@ def test_a_valid_key_gets_past_authentication(client, auth, admin_auth, route):
     """The control: the same requests with a key are never a 401 (a 404 or 422 for the dummy ids);
     the admin routes take an admin key."""
     kwargs = {"json": {}} if route.method == "POST" and route.path == "/v1/jobs" else {}
-    headers = admin_auth if route.path.startswith(security_support.ADMIN_PREFIX) else auth
+    headers = admin_auth if route.admin else auth
     r = client.request(route.method, url_of(route.path), headers=headers, **kwargs)
     assert r.status_code not in (401, 403, 500), r.text
 
 
 def test_the_public_routes_answer_without_a_key(client):
     public = [r for r in ROUTES if is_public(r)]
-    assert {r.path for r in public} == {"/healthz", "/readyz", "/docs", "/redoc", "/openapi.json", "/metrics"}
+    assert {r.path for r in public} == {"/healthz", "/readyz", "/docs", "/redoc", "/openapi.json", "/metrics",
+                                        "/", "/console/{asset:path}"}
     for route in public:
-        r = client.request(route.method, route.path)
+        r = client.request(route.method, route.path.replace("{asset:path}", "app.js"))
         assert r.status_code in (200, 503), (route, r.status_code)  # readyz: 503 names what is down
     from api.docs import ASSET_FILES, ASSETS_PATH
 
@@ -115,6 +116,7 @@ def test_the_public_routes_answer_without_a_key(client):
     # The mount serves its own files only.
     assert client.get(f"{ASSETS_PATH}/../api/main.py").status_code == 404
     assert client.get(f"{ASSETS_PATH}/%2e%2e/%2e%2e/pyproject.toml").status_code == 404
+    assert client.get("/console/%2e%2e/%2e%2e/main.py").status_code == 404  # the console's own files only
 
 
 def test_the_openapi_document_declares_the_key_and_the_401_everywhere():

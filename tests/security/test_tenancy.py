@@ -11,9 +11,10 @@ from security_support import is_public, iter_routes, path_params
 
 from api.main import app as live_app
 
+
 def _tenant_route(route) -> bool:
-    # The admin-only key routes have their own tenancy tests (tests/api/test_keys_routes.py).
-    return not is_public(route) and not route.path.startswith(security_support.ADMIN_PREFIX)
+    # Admin-only routes (API keys, ...) have tenancy tests of their own (tests/api/test_keys_routes.py).
+    return not is_public(route) and not route.admin
 
 
 ID_ROUTES = [r for r in iter_routes(live_app) if r.method != "*" and _tenant_route(r) and path_params(r.path)]
@@ -37,7 +38,7 @@ def fill(path: str, ids: dict[str, str]) -> str:
 def test_every_id_parameter_is_a_known_resource():
     """A new kind of id in a path must be added to World.ids (and so to these tests)."""
     names = {name for r in ID_ROUTES for name in path_params(r.path)}
-    assert names == {"file_id", "job_id", "checkpoint_id", "model_id"}
+    assert names == {"file_id", "job_id", "checkpoint_id", "model_id", "webhook_id"}
     assert len(ID_ROUTES) >= 12
 
 

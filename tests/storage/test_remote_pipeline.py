@@ -115,13 +115,14 @@ def test_pipeline_and_resume_on_s3_with_no_local_artifacts(stack, assets):
     # A PPO checkpoint downloads as a tar streamed from the bucket.
     ppo_ckpts = stack.request("GET", f"/v1/jobs/{ids['ppo']}/checkpoints").json()["data"]
     step3 = next(c for c in ppo_ckpts if c["step"] == 3)
-    r = stack.request("GET", f"/v1/checkpoints/{step3['id']}/content")
+    r = stack.request("GET", f"/v1/checkpoints/{step3['id']}/content?include=training_state")
     assert r.status_code == 200
+    root = f"{step3['id']}-training-state"
     with tarfile.open(fileobj=io.BytesIO(r.content)) as tar:
         names = set(tar.getnames())
-        extra = json.load(tar.extractfile(f"{step3['id']}/actor/extra.json"))
-    assert {f"{step3['id']}/COMPLETE", f"{step3['id']}/actor/model.safetensors",
-            f"{step3['id']}/critic/model.safetensors"} <= names
+        extra = json.load(tar.extractfile(f"{root}/training_state/actor/extra.json"))
+    assert {f"{root}/config.json", f"{root}/model.safetensors", f"{root}/training_state/COMPLETE",
+            f"{root}/training_state/actor/model.safetensors", f"{root}/training_state/critic/model.safetensors"} <= names
     assert extra["trainer"]["step"] == 3
 
     # A new SFT job from the SFT job's step-10 checkpoint stages it from the bucket and continues.

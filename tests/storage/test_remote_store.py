@@ -151,14 +151,21 @@ def test_checkpoint_download_streams_the_remote_directory(client, auth, project_
     ckpt_id = new_id("ckpt")
     with session_scope() as db:
         db.add(Checkpoint(id=ckpt_id, job_id=job_id, project_id=project_id, step=5, path=url))
-    r = client.get(f"/v1/checkpoints/{ckpt_id}/content", headers=auth)
+    with Artifacts().writing(join(url, "critic", "hf")) as local:  # the critic's Hugging Face export
+        Path(local, "config.json").write_text("{}")
+        Path(local, "model.safetensors").write_bytes(b"h" * 2000)
+    r = client.get(f"/v1/checkpoints/{ckpt_id}/content?role=critic&include=training_state", headers=auth)
     assert r.status_code == 200, r.text
+    root = f"{ckpt_id}-critic-training-state"
+    state = f"{root}/training_state"
     with tarfile.open(fileobj=io.BytesIO(r.content)) as tar:
         members = {m.name: m for m in tar.getmembers()}
-        assert set(members) == {ckpt_id, f"{ckpt_id}/COMPLETE", f"{ckpt_id}/critic", f"{ckpt_id}/extra.json",
-                                f"{ckpt_id}/model.safetensors", f"{ckpt_id}/critic/model.safetensors"}
-        assert tar.extractfile(f"{ckpt_id}/model.safetensors").read() == bytes([5]) * 1000
-        assert tar.extractfile(f"{ckpt_id}/critic/model.safetensors").read() == b"c" * 3000
+        assert set(members) == {root, f"{root}/config.json", f"{root}/model.safetensors", state, f"{state}/COMPLETE",
+                                f"{state}/critic", f"{state}/extra.json", f"{state}/model.safetensors",
+                                f"{state}/critic/model.safetensors"}
+        assert tar.extractfile(f"{root}/model.safetensors").read() == b"h" * 2000
+        assert tar.extractfile(f"{state}/model.safetensors").read() == bytes([5]) * 1000
+        assert tar.extractfile(f"{state}/critic/model.safetensors").read() == b"c" * 3000
 
     get_storage().resolve(join(url, "COMPLETE"))[0].rm(get_storage().resolve(join(url, "COMPLETE"))[1])
     gone = client.get(f"/v1/checkpoints/{ckpt_id}/content", headers=auth)

@@ -7,10 +7,12 @@ from attrs import define as _attrs_define
 
 from ..models.actor_config_kl_loss_type import ActorConfigKlLossType
 from ..models.actor_config_loss_agg_mode import ActorConfigLossAggMode
+from ..models.actor_config_strategy import ActorConfigStrategy
 from ..types import UNSET, Unset
 
 if TYPE_CHECKING:
     from ..models.actor_optim_config import ActorOptimConfig
+    from ..models.fsdp_config import FSDPConfig
 
 
 T = TypeVar("T", bound="ActorConfig")
@@ -27,6 +29,7 @@ class ActorConfig:
         clip_ratio_high (float | None | Unset): Defaults to `clip_ratio`.
         clip_ratio_low (float | None | Unset): Defaults to `clip_ratio`.
         entropy_coeff (float | Unset):  Default: 0.0.
+        fsdp_config (FSDPConfig | Unset): FSDP2 options (VERL: `fsdp_config`); they apply with `strategy: fsdp2` only.
         kl_loss_coef (float | Unset):  Default: 0.001.
         kl_loss_type (ActorConfigKlLossType | Unset):  Default: ActorConfigKlLossType.LOW_VAR_KL.
         loss_agg_mode (ActorConfigLossAggMode | Unset):  Default: ActorConfigLossAggMode.TOKEN_MEAN.
@@ -36,6 +39,8 @@ class ActorConfig:
             3072.
         ppo_micro_batch_size_per_gpu (int | Unset):  Default: 2.
         ppo_mini_batch_size (int | Unset): Prompts per optimizer step (times `rollout.n` samples). Default: 64.
+        strategy (ActorConfigStrategy | Unset): `ddp` or `fsdp2` for the actor's data-parallel workers (see
+            `ModelConfig.strategy`). Default: ActorConfigStrategy.DDP.
         use_dynamic_bsz (bool | Unset):  Default: True.
         use_kl_loss (bool | Unset):  Default: False.
     """
@@ -45,6 +50,7 @@ class ActorConfig:
     clip_ratio_high: float | None | Unset = UNSET
     clip_ratio_low: float | None | Unset = UNSET
     entropy_coeff: float | Unset = 0.0
+    fsdp_config: FSDPConfig | Unset = UNSET
     kl_loss_coef: float | Unset = 0.001
     kl_loss_type: ActorConfigKlLossType | Unset = ActorConfigKlLossType.LOW_VAR_KL
     loss_agg_mode: ActorConfigLossAggMode | Unset = ActorConfigLossAggMode.TOKEN_MEAN
@@ -53,6 +59,7 @@ class ActorConfig:
     ppo_max_token_len_per_gpu: int | Unset = 3072
     ppo_micro_batch_size_per_gpu: int | Unset = 2
     ppo_mini_batch_size: int | Unset = 64
+    strategy: ActorConfigStrategy | Unset = ActorConfigStrategy.DDP
     use_dynamic_bsz: bool | Unset = True
     use_kl_loss: bool | Unset = False
 
@@ -74,6 +81,10 @@ class ActorConfig:
             clip_ratio_low = self.clip_ratio_low
 
         entropy_coeff = self.entropy_coeff
+
+        fsdp_config: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.fsdp_config, Unset):
+            fsdp_config = self.fsdp_config.to_dict()
 
         kl_loss_coef = self.kl_loss_coef
 
@@ -97,6 +108,10 @@ class ActorConfig:
 
         ppo_mini_batch_size = self.ppo_mini_batch_size
 
+        strategy: str | Unset = UNSET
+        if not isinstance(self.strategy, Unset):
+            strategy = self.strategy.value
+
         use_dynamic_bsz = self.use_dynamic_bsz
 
         use_kl_loss = self.use_kl_loss
@@ -114,6 +129,8 @@ class ActorConfig:
             field_dict["clip_ratio_low"] = clip_ratio_low
         if entropy_coeff is not UNSET:
             field_dict["entropy_coeff"] = entropy_coeff
+        if fsdp_config is not UNSET:
+            field_dict["fsdp_config"] = fsdp_config
         if kl_loss_coef is not UNSET:
             field_dict["kl_loss_coef"] = kl_loss_coef
         if kl_loss_type is not UNSET:
@@ -130,6 +147,8 @@ class ActorConfig:
             field_dict["ppo_micro_batch_size_per_gpu"] = ppo_micro_batch_size_per_gpu
         if ppo_mini_batch_size is not UNSET:
             field_dict["ppo_mini_batch_size"] = ppo_mini_batch_size
+        if strategy is not UNSET:
+            field_dict["strategy"] = strategy
         if use_dynamic_bsz is not UNSET:
             field_dict["use_dynamic_bsz"] = use_dynamic_bsz
         if use_kl_loss is not UNSET:
@@ -140,6 +159,7 @@ class ActorConfig:
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         from ..models.actor_optim_config import ActorOptimConfig  # noqa: PLC0415
+        from ..models.fsdp_config import FSDPConfig  # noqa: PLC0415
 
         d = dict(src_dict)
         clip_ratio = d.pop("clip_ratio", UNSET)
@@ -165,6 +185,13 @@ class ActorConfig:
         clip_ratio_low = _parse_clip_ratio_low(d.pop("clip_ratio_low", UNSET))
 
         entropy_coeff = d.pop("entropy_coeff", UNSET)
+
+        _fsdp_config = d.pop("fsdp_config", UNSET)
+        fsdp_config: FSDPConfig | Unset
+        if isinstance(_fsdp_config, Unset):
+            fsdp_config = UNSET
+        else:
+            fsdp_config = FSDPConfig.from_dict(_fsdp_config)
 
         kl_loss_coef = d.pop("kl_loss_coef", UNSET)
 
@@ -197,6 +224,13 @@ class ActorConfig:
 
         ppo_mini_batch_size = d.pop("ppo_mini_batch_size", UNSET)
 
+        _strategy = d.pop("strategy", UNSET)
+        strategy: ActorConfigStrategy | Unset
+        if isinstance(_strategy, Unset):
+            strategy = UNSET
+        else:
+            strategy = ActorConfigStrategy(_strategy)
+
         use_dynamic_bsz = d.pop("use_dynamic_bsz", UNSET)
 
         use_kl_loss = d.pop("use_kl_loss", UNSET)
@@ -207,6 +241,7 @@ class ActorConfig:
             clip_ratio_high=clip_ratio_high,
             clip_ratio_low=clip_ratio_low,
             entropy_coeff=entropy_coeff,
+            fsdp_config=fsdp_config,
             kl_loss_coef=kl_loss_coef,
             kl_loss_type=kl_loss_type,
             loss_agg_mode=loss_agg_mode,
@@ -215,6 +250,7 @@ class ActorConfig:
             ppo_max_token_len_per_gpu=ppo_max_token_len_per_gpu,
             ppo_micro_batch_size_per_gpu=ppo_micro_batch_size_per_gpu,
             ppo_mini_batch_size=ppo_mini_batch_size,
+            strategy=strategy,
             use_dynamic_bsz=use_dynamic_bsz,
             use_kl_loss=use_kl_loss,
         )

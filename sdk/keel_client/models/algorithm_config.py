@@ -10,6 +10,7 @@ from ..models.algorithm_config_kl_penalty import AlgorithmConfigKlPenalty
 from ..types import UNSET, Unset
 
 if TYPE_CHECKING:
+    from ..models.filter_groups_config import FilterGroupsConfig
     from ..models.kl_control_config import KLControlConfig
 
 
@@ -21,7 +22,13 @@ class AlgorithmConfig:
     """Advantage estimation and KL-in-reward (VERL: `algorithm`).
 
     Attributes:
-        adv_estimator (AlgorithmConfigAdvEstimator | Unset):  Default: AlgorithmConfigAdvEstimator.GAE.
+        adv_estimator (AlgorithmConfigAdvEstimator | Unset): `gae` trains a critic; the others are critic-free: `grpo`
+            (and Dr. GRPO with
+            `norm_adv_by_std_in_grpo: false`), `rloo`, `reinforce_plus_plus`, `reinforce_plus_plus_baseline`
+            and `remax` (one extra greedy rollout per prompt as the baseline). Default: AlgorithmConfigAdvEstimator.GAE.
+        filter_groups (FilterGroupsConfig | Unset): DAPO dynamic sampling (Yu et al. 2025, arXiv:2503.14476): drop
+            prompt groups whose samples all
+            scored the same (they carry no group-relative signal) and keep generating to fill the batch.
         gamma (float | Unset):  Default: 1.0.
         kl_ctrl (KLControlConfig | Unset): KL coefficient control (VERL: `algorithm.kl_ctrl`).
         kl_penalty (AlgorithmConfigKlPenalty | Unset):  Default: AlgorithmConfigKlPenalty.KL.
@@ -31,6 +38,7 @@ class AlgorithmConfig:
     """
 
     adv_estimator: AlgorithmConfigAdvEstimator | Unset = AlgorithmConfigAdvEstimator.GAE
+    filter_groups: FilterGroupsConfig | Unset = UNSET
     gamma: float | Unset = 1.0
     kl_ctrl: KLControlConfig | Unset = UNSET
     kl_penalty: AlgorithmConfigKlPenalty | Unset = AlgorithmConfigKlPenalty.KL
@@ -42,6 +50,10 @@ class AlgorithmConfig:
         adv_estimator: str | Unset = UNSET
         if not isinstance(self.adv_estimator, Unset):
             adv_estimator = self.adv_estimator.value
+
+        filter_groups: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.filter_groups, Unset):
+            filter_groups = self.filter_groups.to_dict()
 
         gamma = self.gamma
 
@@ -64,6 +76,8 @@ class AlgorithmConfig:
         field_dict.update({})
         if adv_estimator is not UNSET:
             field_dict["adv_estimator"] = adv_estimator
+        if filter_groups is not UNSET:
+            field_dict["filter_groups"] = filter_groups
         if gamma is not UNSET:
             field_dict["gamma"] = gamma
         if kl_ctrl is not UNSET:
@@ -81,6 +95,7 @@ class AlgorithmConfig:
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.filter_groups_config import FilterGroupsConfig  # noqa: PLC0415
         from ..models.kl_control_config import KLControlConfig  # noqa: PLC0415
 
         d = dict(src_dict)
@@ -90,6 +105,13 @@ class AlgorithmConfig:
             adv_estimator = UNSET
         else:
             adv_estimator = AlgorithmConfigAdvEstimator(_adv_estimator)
+
+        _filter_groups = d.pop("filter_groups", UNSET)
+        filter_groups: FilterGroupsConfig | Unset
+        if isinstance(_filter_groups, Unset):
+            filter_groups = UNSET
+        else:
+            filter_groups = FilterGroupsConfig.from_dict(_filter_groups)
 
         gamma = d.pop("gamma", UNSET)
 
@@ -115,6 +137,7 @@ class AlgorithmConfig:
 
         algorithm_config = cls(
             adv_estimator=adv_estimator,
+            filter_groups=filter_groups,
             gamma=gamma,
             kl_ctrl=kl_ctrl,
             kl_penalty=kl_penalty,

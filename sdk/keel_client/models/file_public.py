@@ -21,24 +21,25 @@ T = TypeVar("T", bound="FilePublic")
 
 @_attrs_define
 class FilePublic:
-    """An uploaded dataset. Files are checked on upload: a stored file is always `processed`.
+    """An uploaded dataset, or a job's results (purpose `eval_results`). Uploads are checked: a stored
+    file is always `processed`.
 
-    Attributes:
-        bytes_ (int):
-        columns (list[str]): The purpose's columns in the file; other columns are ignored.
-        created_at (int): Unix seconds.
-        filename (str): The uploaded file's base name (never a path).
-        format_ (FilePublicFormat):
-        id (str):
-        metadata (FilePublicMetadata):
-        purpose (FilePublicPurpose):
-        rows (int | None):
-        sha256 (str):
-        stats (FilePublicStats):
-        status (FilePublicStatus): `processed` for every stored file: a file that fails its checks is refused with a 4xx
-            and not stored. `error` is reserved for files found unusable later.
-        object_ (Literal['file'] | Unset):  Default: 'file'.
-        status_details (None | str | Unset):
+        Attributes:
+            bytes_ (int):
+            columns (list[str]): The purpose's columns in the file; other columns are ignored.
+            created_at (int): Unix seconds.
+            filename (str): The uploaded file's base name (never a path).
+            format_ (FilePublicFormat):
+            id (str):
+            metadata (FilePublicMetadata):
+            purpose (FilePublicPurpose):
+            rows (int | None):
+            sha256 (str):
+            stats (FilePublicStats):
+            status (FilePublicStatus): `processed` for every stored file: a file that fails its checks is refused with a 4xx
+                and not stored. `error` is reserved for files found unusable later.
+            object_ (Literal['file'] | Unset):  Default: 'file'.
+            status_details (None | str | Unset):
     """
 
     bytes_: int

@@ -2,6 +2,7 @@ from enum import StrEnum
 
 
 class FilePublicFormat(StrEnum):
+    CSV = "csv"
     JSONL = "jsonl"
     PARQUET = "parquet"
 

@@ -8,6 +8,9 @@ from attrs import define as _attrs_define
 from ..types import UNSET, Unset
 
 if TYPE_CHECKING:
+    from ..models.dpo_method import DPOMethod
+    from ..models.eval_method import EvalMethod
+    from ..models.integration import Integration
     from ..models.job_create_metadata import JobCreateMetadata
     from ..models.ppo_method import PPOMethod
     from ..models.resources import Resources
@@ -24,25 +27,28 @@ class JobCreate:
     """A training job: a base model, a dataset, and a method with its hyperparameters.
 
     Attributes:
-        method (PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod):
-        model (str): A Keel model id (`model-...`) of this project, a hub id (`org/name`), or an absolute directory
-            under one of the deployment's model roots.
-        training_file (str): A file of this project whose purpose fits the method: sft -> `sft`, reward_model and
-            rm_distill ->
-            `preference`, ppo -> `prompts`.
+        method (DPOMethod | EvalMethod | PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod):
+        model (str): A Keel model id (`model-...`) or checkpoint id (`ckpt-...`: its Hugging Face export) of this
+            project, a hub id (`org/name`), or an absolute directory under one of the deployment's model roots.
+        training_file (str): A file of this project whose purpose fits the method: sft -> `sft`, reward_model,
+            rm_distill and dpo
+            -> `preference`, ppo and eval -> `prompts` (for eval: the prompts evaluated on).
         from_checkpoint (None | str | Unset): A checkpoint (of this project, same method) to continue training from.
+        integrations (list[Integration] | Unset): Experiment trackers to mirror the job's metrics to (at most one of
+            each type).
         metadata (JobCreateMetadata | Unset): Up to 16 string pairs of your own.
         resources (Resources | Unset): Where a job runs: data-parallel workers and what each gets.
         seed (int | Unset):  Default: 0.
         suffix (None | str | Unset): Up to 40 characters added to the output model's name.
         validation_file (None | str | Unset): Held-out rows with the same purpose; validation metrics appear as
-            `val/...`.
+            `val/...` (not for eval).
     """
 
-    method: PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod
+    method: DPOMethod | EvalMethod | PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod
     model: str
     training_file: str
     from_checkpoint: None | str | Unset = UNSET
+    integrations: list[Integration] | Unset = UNSET
     metadata: JobCreateMetadata | Unset = UNSET
     resources: Resources | Unset = UNSET
     seed: int | Unset = 0
@@ -50,6 +56,8 @@ class JobCreate:
     validation_file: None | str | Unset = UNSET
 
     def to_dict(self) -> dict[str, Any]:
+        from ..models.dpo_method import DPOMethod  # noqa: PLC0415
+        from ..models.ppo_method import PPOMethod  # noqa: PLC0415
         from ..models.reward_model_method import RewardModelMethod  # noqa: PLC0415
         from ..models.rm_distill_method import RMDistillMethod  # noqa: PLC0415
         from ..models.sft_method import SFTMethod  # noqa: PLC0415
@@ -60,6 +68,10 @@ class JobCreate:
         elif isinstance(self.method, RewardModelMethod):
             method = self.method.to_dict()
         elif isinstance(self.method, RMDistillMethod):
+            method = self.method.to_dict()
+        elif isinstance(self.method, DPOMethod):
+            method = self.method.to_dict()
+        elif isinstance(self.method, PPOMethod):
             method = self.method.to_dict()
         else:
             method = self.method.to_dict()
@@ -73,6 +85,13 @@ class JobCreate:
             from_checkpoint = UNSET
         else:
             from_checkpoint = self.from_checkpoint
+
+        integrations: list[dict[str, Any]] | Unset = UNSET
+        if not isinstance(self.integrations, Unset):
+            integrations = []
+            for integrations_item_data in self.integrations:
+                integrations_item = integrations_item_data.to_dict()
+                integrations.append(integrations_item)
 
         metadata: dict[str, Any] | Unset = UNSET
         if not isinstance(self.metadata, Unset):
@@ -107,6 +126,8 @@ class JobCreate:
         )
         if from_checkpoint is not UNSET:
             field_dict["from_checkpoint"] = from_checkpoint
+        if integrations is not UNSET:
+            field_dict["integrations"] = integrations
         if metadata is not UNSET:
             field_dict["metadata"] = metadata
         if resources is not UNSET:
@@ -122,6 +143,9 @@ class JobCreate:
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.dpo_method import DPOMethod  # noqa: PLC0415
+        from ..models.eval_method import EvalMethod  # noqa: PLC0415
+        from ..models.integration import Integration  # noqa: PLC0415
         from ..models.job_create_metadata import JobCreateMetadata  # noqa: PLC0415
         from ..models.ppo_method import PPOMethod  # noqa: PLC0415
         from ..models.resources import Resources  # noqa: PLC0415
@@ -131,7 +155,9 @@ class JobCreate:
 
         d = dict(src_dict)
 
-        def _parse_method(data: object) -> PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod:
+        def _parse_method(
+            data: object,
+        ) -> DPOMethod | EvalMethod | PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod:
             try:
                 if not isinstance(data, dict):
                     raise TypeError()
@@ -156,11 +182,27 @@ class JobCreate:
                 return method_type_2
             except (TypeError, ValueError, AttributeError, KeyError):
                 pass
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                method_type_3 = DPOMethod.from_dict(data)
+
+                return method_type_3
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                method_type_4 = PPOMethod.from_dict(data)
+
+                return method_type_4
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
             if not isinstance(data, dict):
                 raise TypeError()
-            method_type_3 = PPOMethod.from_dict(data)
+            method_type_5 = EvalMethod.from_dict(data)
 
-            return method_type_3
+            return method_type_5
 
         method = _parse_method(d.pop("method"))
 
@@ -176,6 +218,15 @@ class JobCreate:
             return cast(None | str | Unset, data)
 
         from_checkpoint = _parse_from_checkpoint(d.pop("from_checkpoint", UNSET))
+
+        _integrations = d.pop("integrations", UNSET)
+        integrations: list[Integration] | Unset = UNSET
+        if _integrations is not UNSET:
+            integrations = []
+            for integrations_item_data in _integrations:
+                integrations_item = Integration.from_dict(integrations_item_data)
+
+                integrations.append(integrations_item)
 
         _metadata = d.pop("metadata", UNSET)
         metadata: JobCreateMetadata | Unset
@@ -216,6 +267,7 @@ class JobCreate:
             model=model,
             training_file=training_file,
             from_checkpoint=from_checkpoint,
+            integrations=integrations,
             metadata=metadata,
             resources=resources,
             seed=seed,

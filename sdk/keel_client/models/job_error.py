@@ -17,11 +17,13 @@ class JobError:
     Attributes:
         code (str):
         message (str):
+        error_id (None | str | Unset):
         param (None | str | Unset):
     """
 
     code: str
     message: str
+    error_id: None | str | Unset = UNSET
     param: None | str | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
@@ -29,6 +31,12 @@ class JobError:
         code = self.code
 
         message = self.message
+
+        error_id: None | str | Unset
+        if isinstance(self.error_id, Unset):
+            error_id = UNSET
+        else:
+            error_id = self.error_id
 
         param: None | str | Unset
         if isinstance(self.param, Unset):
@@ -44,6 +52,8 @@ class JobError:
                 "message": message,
             }
         )
+        if error_id is not UNSET:
+            field_dict["error_id"] = error_id
         if param is not UNSET:
             field_dict["param"] = param
 
@@ -55,6 +65,15 @@ class JobError:
         code = d.pop("code")
 
         message = d.pop("message")
+
+        def _parse_error_id(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        error_id = _parse_error_id(d.pop("error_id", UNSET))
 
         def _parse_param(data: object) -> None | str | Unset:
             if data is None:
@@ -68,6 +87,7 @@ class JobError:
         job_error = cls(
             code=code,
             message=message,
+            error_id=error_id,
             param=param,
         )
 

@@ -7,6 +7,7 @@ class JobEventPublicType(StrEnum):
     JOB_ERROR = "job.error"
     JOB_LOG = "job.log"
     JOB_METRICS = "job.metrics"
+    JOB_PLACEMENT = "job.placement"
     JOB_STATUS = "job.status"
     JOB_WARNING = "job.warning"
 

@@ -6,10 +6,14 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
+from ..models.job_public_queue_reason_type_0 import JobPublicQueueReasonType0
 from ..models.job_public_status import JobPublicStatus
 from ..types import UNSET, Unset
 
 if TYPE_CHECKING:
+    from ..models.dpo_method import DPOMethod
+    from ..models.eval_method import EvalMethod
+    from ..models.integration import Integration
     from ..models.job_error import JobError
     from ..models.job_progress import JobProgress
     from ..models.job_public_latest_metrics import JobPublicLatestMetrics
@@ -19,6 +23,7 @@ if TYPE_CHECKING:
     from ..models.reward_model_method import RewardModelMethod
     from ..models.rm_distill_method import RMDistillMethod
     from ..models.sft_method import SFTMethod
+    from ..models.worker_placement import WorkerPlacement
 
 
 T = TypeVar("T", bound="JobPublic")
@@ -37,7 +42,7 @@ class JobPublic:
         id (str):
         latest_metrics (JobPublicLatestMetrics):
         metadata (JobPublicMetadata):
-        method (PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod):
+        method (DPOMethod | EvalMethod | PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod):
         model (str):
         output_model (None | str):
         progress (JobProgress):
@@ -49,7 +54,12 @@ class JobPublic:
         suffix (None | str):
         training_file (str):
         validation_file (None | str):
+        created_by (None | str | Unset):
+        integrations (list[Integration] | Unset):
         object_ (Literal['job'] | Unset):  Default: 'job'.
+        placement (list[WorkerPlacement] | None | Unset):
+        queue_reason (JobPublicQueueReasonType0 | None | Unset):
+        result_files (list[str] | Unset):
     """
 
     attempts: int
@@ -60,7 +70,7 @@ class JobPublic:
     id: str
     latest_metrics: JobPublicLatestMetrics
     metadata: JobPublicMetadata
-    method: PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod
+    method: DPOMethod | EvalMethod | PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod
     model: str
     output_model: None | str
     progress: JobProgress
@@ -72,11 +82,18 @@ class JobPublic:
     suffix: None | str
     training_file: str
     validation_file: None | str
+    created_by: None | str | Unset = UNSET
+    integrations: list[Integration] | Unset = UNSET
     object_: Literal["job"] | Unset = "job"
+    placement: list[WorkerPlacement] | None | Unset = UNSET
+    queue_reason: JobPublicQueueReasonType0 | None | Unset = UNSET
+    result_files: list[str] | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        from ..models.dpo_method import DPOMethod  # noqa: PLC0415
         from ..models.job_error import JobError  # noqa: PLC0415
+        from ..models.ppo_method import PPOMethod  # noqa: PLC0415
         from ..models.reward_model_method import RewardModelMethod  # noqa: PLC0415
         from ..models.rm_distill_method import RMDistillMethod  # noqa: PLC0415
         from ..models.sft_method import SFTMethod  # noqa: PLC0415
@@ -110,6 +127,10 @@ class JobPublic:
             method = self.method.to_dict()
         elif isinstance(self.method, RMDistillMethod):
             method = self.method.to_dict()
+        elif isinstance(self.method, DPOMethod):
+            method = self.method.to_dict()
+        elif isinstance(self.method, PPOMethod):
+            method = self.method.to_dict()
         else:
             method = self.method.to_dict()
 
@@ -140,7 +161,44 @@ class JobPublic:
         validation_file: None | str
         validation_file = self.validation_file
 
+        created_by: None | str | Unset
+        if isinstance(self.created_by, Unset):
+            created_by = UNSET
+        else:
+            created_by = self.created_by
+
+        integrations: list[dict[str, Any]] | Unset = UNSET
+        if not isinstance(self.integrations, Unset):
+            integrations = []
+            for integrations_item_data in self.integrations:
+                integrations_item = integrations_item_data.to_dict()
+                integrations.append(integrations_item)
+
         object_ = self.object_
+
+        placement: list[dict[str, Any]] | None | Unset
+        if isinstance(self.placement, Unset):
+            placement = UNSET
+        elif isinstance(self.placement, list):
+            placement = []
+            for placement_type_0_item_data in self.placement:
+                placement_type_0_item = placement_type_0_item_data.to_dict()
+                placement.append(placement_type_0_item)
+
+        else:
+            placement = self.placement
+
+        queue_reason: None | str | Unset
+        if isinstance(self.queue_reason, Unset):
+            queue_reason = UNSET
+        elif isinstance(self.queue_reason, JobPublicQueueReasonType0):
+            queue_reason = self.queue_reason.value
+        else:
+            queue_reason = self.queue_reason
+
+        result_files: list[str] | Unset = UNSET
+        if not isinstance(self.result_files, Unset):
+            result_files = self.result_files
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
@@ -168,13 +226,26 @@ class JobPublic:
                 "validation_file": validation_file,
             }
         )
+        if created_by is not UNSET:
+            field_dict["created_by"] = created_by
+        if integrations is not UNSET:
+            field_dict["integrations"] = integrations
         if object_ is not UNSET:
             field_dict["object"] = object_
+        if placement is not UNSET:
+            field_dict["placement"] = placement
+        if queue_reason is not UNSET:
+            field_dict["queue_reason"] = queue_reason
+        if result_files is not UNSET:
+            field_dict["result_files"] = result_files
 
         return field_dict
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.dpo_method import DPOMethod  # noqa: PLC0415
+        from ..models.eval_method import EvalMethod  # noqa: PLC0415
+        from ..models.integration import Integration  # noqa: PLC0415
         from ..models.job_error import JobError  # noqa: PLC0415
         from ..models.job_progress import JobProgress  # noqa: PLC0415
         from ..models.job_public_latest_metrics import JobPublicLatestMetrics  # noqa: PLC0415
@@ -184,6 +255,7 @@ class JobPublic:
         from ..models.reward_model_method import RewardModelMethod  # noqa: PLC0415
         from ..models.rm_distill_method import RMDistillMethod  # noqa: PLC0415
         from ..models.sft_method import SFTMethod  # noqa: PLC0415
+        from ..models.worker_placement import WorkerPlacement  # noqa: PLC0415
 
         d = dict(src_dict)
         attempts = d.pop("attempts")
@@ -225,7 +297,9 @@ class JobPublic:
 
         metadata = JobPublicMetadata.from_dict(d.pop("metadata"))
 
-        def _parse_method(data: object) -> PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod:
+        def _parse_method(
+            data: object,
+        ) -> DPOMethod | EvalMethod | PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod:
             try:
                 if not isinstance(data, dict):
                     raise TypeError()
@@ -250,11 +324,27 @@ class JobPublic:
                 return method_type_2
             except (TypeError, ValueError, AttributeError, KeyError):
                 pass
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                method_type_3 = DPOMethod.from_dict(data)
+
+                return method_type_3
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                method_type_4 = PPOMethod.from_dict(data)
+
+                return method_type_4
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
             if not isinstance(data, dict):
                 raise TypeError()
-            method_type_3 = PPOMethod.from_dict(data)
+            method_type_5 = EvalMethod.from_dict(data)
 
-            return method_type_3
+            return method_type_5
 
         method = _parse_method(d.pop("method"))
 
@@ -305,9 +395,68 @@ class JobPublic:
 
         validation_file = _parse_validation_file(d.pop("validation_file"))
 
+        def _parse_created_by(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        created_by = _parse_created_by(d.pop("created_by", UNSET))
+
+        _integrations = d.pop("integrations", UNSET)
+        integrations: list[Integration] | Unset = UNSET
+        if _integrations is not UNSET:
+            integrations = []
+            for integrations_item_data in _integrations:
+                integrations_item = Integration.from_dict(integrations_item_data)
+
+                integrations.append(integrations_item)
+
         object_ = cast(Literal["job"] | Unset, d.pop("object", UNSET))
         if object_ != "job" and not isinstance(object_, Unset):
             raise ValueError(f"object must match const 'job', got '{object_}'")
+
+        def _parse_placement(data: object) -> list[WorkerPlacement] | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, list):
+                    raise TypeError()
+                placement_type_0 = []
+                _placement_type_0 = data
+                for placement_type_0_item_data in _placement_type_0:
+                    placement_type_0_item = WorkerPlacement.from_dict(placement_type_0_item_data)
+
+                    placement_type_0.append(placement_type_0_item)
+
+                return placement_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(list[WorkerPlacement] | None | Unset, data)
+
+        placement = _parse_placement(d.pop("placement", UNSET))
+
+        def _parse_queue_reason(data: object) -> JobPublicQueueReasonType0 | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, str):
+                    raise TypeError()
+                queue_reason_type_0 = JobPublicQueueReasonType0(data)
+
+                return queue_reason_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(JobPublicQueueReasonType0 | None | Unset, data)
+
+        queue_reason = _parse_queue_reason(d.pop("queue_reason", UNSET))
+
+        result_files = cast(list[str], d.pop("result_files", UNSET))
 
         job_public = cls(
             attempts=attempts,
@@ -330,7 +479,12 @@ class JobPublic:
             suffix=suffix,
             training_file=training_file,
             validation_file=validation_file,
+            created_by=created_by,
+            integrations=integrations,
             object_=object_,
+            placement=placement,
+            queue_reason=queue_reason,
+            result_files=result_files,
         )
 
         job_public.additional_properties = d

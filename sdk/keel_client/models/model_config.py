@@ -1,13 +1,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from attrs import define as _attrs_define
 
 from ..models.model_config_dtype import ModelConfigDtype
 from ..models.model_config_lora_rank_type_1 import ModelConfigLoraRankType1
+from ..models.model_config_strategy import ModelConfigStrategy
 from ..types import UNSET, Unset
+
+if TYPE_CHECKING:
+    from ..models.fsdp_config import FSDPConfig
+
 
 T = TypeVar("T", bound="ModelConfig")
 
@@ -17,26 +22,37 @@ class ModelConfig:
     """How the trained model is loaded (VERL: `actor_rollout_ref.model`).
 
     Attributes:
-        dtype (ModelConfigDtype | Unset): Parameter dtype; `bfloat16` halves memory, `float32` is exact on CPU. Default:
-            ModelConfigDtype.FLOAT32.
+        dtype (ModelConfigDtype | Unset): Compute dtype (autocast). Trained weights and optimizer state stay float32
+            (master copy);
+            frozen models (reference, reward, teacher) and a LoRA base are held in this dtype. `float16`
+            adds loss scaling; on CPU prefer `bfloat16` (float16 kernels are slow there). Default: ModelConfigDtype.FLOAT32.
         enable_gradient_checkpointing (bool | Unset): Recompute activations in backward: less memory, about 30% more
             compute. Default: False.
+        fsdp_config (FSDPConfig | Unset): FSDP2 options (VERL: `fsdp_config`); they apply with `strategy: fsdp2` only.
         lora_adapter_path (None | str | Unset): Continue from an existing adapter directory
             (`adapter_model.safetensors`) under a model root.
         lora_alpha (int | Unset): LoRA scaling numerator (scale = alpha / rank). Default: 16.
         lora_rank (int | ModelConfigLoraRankType1 | Unset): 0 = full fine-tuning; `auto` picks by parameter count (<1B:
             32, <10B: 64, else 128). Default: 0.
+        strategy (ModelConfigStrategy | Unset): Data parallelism of SFT / reward-model / distillation workers: `ddp`
+            (full replicas,
+            gradients all-reduced) or `fsdp2` (parameters, gradients and optimizer state sharded). PPO sets
+            it per role: `actor.strategy`, `critic.strategy`. Default: ModelConfigStrategy.DDP.
         target_modules (list[str] | str | Unset): Modules that get adapters; `all-linear` as in the recipe. Default:
             'all-linear'.
-        use_remove_padding (bool | Unset): Pack sequences without padding where the attention implementation allows it.
-            Default: True.
+        use_remove_padding (bool | Unset): Pack each micro-batch into one row without padding (positions restart per
+            sequence, attention
+            stays inside each sequence; the token budget counts real tokens). Models whose attention does
+            not go through transformers' attention interface keep padding. Default: True.
     """
 
     dtype: ModelConfigDtype | Unset = ModelConfigDtype.FLOAT32
     enable_gradient_checkpointing: bool | Unset = False
+    fsdp_config: FSDPConfig | Unset = UNSET
     lora_adapter_path: None | str | Unset = UNSET
     lora_alpha: int | Unset = 16
     lora_rank: int | ModelConfigLoraRankType1 | Unset = 0
+    strategy: ModelConfigStrategy | Unset = ModelConfigStrategy.DDP
     target_modules: list[str] | str | Unset = "all-linear"
     use_remove_padding: bool | Unset = True
 
@@ -46,6 +62,10 @@ class ModelConfig:
             dtype = self.dtype.value
 
         enable_gradient_checkpointing = self.enable_gradient_checkpointing
+
+        fsdp_config: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.fsdp_config, Unset):
+            fsdp_config = self.fsdp_config.to_dict()
 
         lora_adapter_path: None | str | Unset
         if isinstance(self.lora_adapter_path, Unset):
@@ -62,6 +82,10 @@ class ModelConfig:
             lora_rank = self.lora_rank.value
         else:
             lora_rank = self.lora_rank
+
+        strategy: str | Unset = UNSET
+        if not isinstance(self.strategy, Unset):
+            strategy = self.strategy.value
 
         target_modules: list[str] | str | Unset
         if isinstance(self.target_modules, Unset):
@@ -81,12 +105,16 @@ class ModelConfig:
             field_dict["dtype"] = dtype
         if enable_gradient_checkpointing is not UNSET:
             field_dict["enable_gradient_checkpointing"] = enable_gradient_checkpointing
+        if fsdp_config is not UNSET:
+            field_dict["fsdp_config"] = fsdp_config
         if lora_adapter_path is not UNSET:
             field_dict["lora_adapter_path"] = lora_adapter_path
         if lora_alpha is not UNSET:
             field_dict["lora_alpha"] = lora_alpha
         if lora_rank is not UNSET:
             field_dict["lora_rank"] = lora_rank
+        if strategy is not UNSET:
+            field_dict["strategy"] = strategy
         if target_modules is not UNSET:
             field_dict["target_modules"] = target_modules
         if use_remove_padding is not UNSET:
@@ -96,6 +124,8 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.fsdp_config import FSDPConfig  # noqa: PLC0415
+
         d = dict(src_dict)
         _dtype = d.pop("dtype", UNSET)
         dtype: ModelConfigDtype | Unset
@@ -105,6 +135,13 @@ class ModelConfig:
             dtype = ModelConfigDtype(_dtype)
 
         enable_gradient_checkpointing = d.pop("enable_gradient_checkpointing", UNSET)
+
+        _fsdp_config = d.pop("fsdp_config", UNSET)
+        fsdp_config: FSDPConfig | Unset
+        if isinstance(_fsdp_config, Unset):
+            fsdp_config = UNSET
+        else:
+            fsdp_config = FSDPConfig.from_dict(_fsdp_config)
 
         def _parse_lora_adapter_path(data: object) -> None | str | Unset:
             if data is None:
@@ -132,6 +169,13 @@ class ModelConfig:
 
         lora_rank = _parse_lora_rank(d.pop("lora_rank", UNSET))
 
+        _strategy = d.pop("strategy", UNSET)
+        strategy: ModelConfigStrategy | Unset
+        if isinstance(_strategy, Unset):
+            strategy = UNSET
+        else:
+            strategy = ModelConfigStrategy(_strategy)
+
         def _parse_target_modules(data: object) -> list[str] | str | Unset:
             if isinstance(data, Unset):
                 return data
@@ -152,9 +196,11 @@ class ModelConfig:
         model_config = cls(
             dtype=dtype,
             enable_gradient_checkpointing=enable_gradient_checkpointing,
+            fsdp_config=fsdp_config,
             lora_adapter_path=lora_adapter_path,
             lora_alpha=lora_alpha,
             lora_rank=lora_rank,
+            strategy=strategy,
             target_modules=target_modules,
             use_remove_padding=use_remove_padding,
         )

@@ -3,6 +3,7 @@ from enum import StrEnum
 
 class ModelConfigDtype(StrEnum):
     BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
     FLOAT32 = "float32"
 
     def __str__(self) -> str:

@@ -25,7 +25,9 @@ class ModelPublic:
         job_id (None | str):
         kind (ModelPublicKind):
         name (str):
+        created (int | None | Unset):
         object_ (Literal['model'] | Unset):  Default: 'model'.
+        owned_by (None | str | Unset):
     """
 
     base_model: str
@@ -35,7 +37,9 @@ class ModelPublic:
     job_id: None | str
     kind: ModelPublicKind
     name: str
+    created: int | None | Unset = UNSET
     object_: Literal["model"] | Unset = "model"
+    owned_by: None | str | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -54,7 +58,19 @@ class ModelPublic:
 
         name = self.name
 
+        created: int | None | Unset
+        if isinstance(self.created, Unset):
+            created = UNSET
+        else:
+            created = self.created
+
         object_ = self.object_
+
+        owned_by: None | str | Unset
+        if isinstance(self.owned_by, Unset):
+            owned_by = UNSET
+        else:
+            owned_by = self.owned_by
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
@@ -69,8 +85,12 @@ class ModelPublic:
                 "name": name,
             }
         )
+        if created is not UNSET:
+            field_dict["created"] = created
         if object_ is not UNSET:
             field_dict["object"] = object_
+        if owned_by is not UNSET:
+            field_dict["owned_by"] = owned_by
 
         return field_dict
 
@@ -96,9 +116,27 @@ class ModelPublic:
 
         name = d.pop("name")
 
+        def _parse_created(data: object) -> int | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(int | None | Unset, data)
+
+        created = _parse_created(d.pop("created", UNSET))
+
         object_ = cast(Literal["model"] | Unset, d.pop("object", UNSET))
         if object_ != "model" and not isinstance(object_, Unset):
             raise ValueError(f"object must match const 'model', got '{object_}'")
+
+        def _parse_owned_by(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        owned_by = _parse_owned_by(d.pop("owned_by", UNSET))
 
         model_public = cls(
             base_model=base_model,
@@ -108,7 +146,9 @@ class ModelPublic:
             job_id=job_id,
             kind=kind,
             name=name,
+            created=created,
             object_=object_,
+            owned_by=owned_by,
         )
 
         model_public.additional_properties = d

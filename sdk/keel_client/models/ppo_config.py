@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ..models.guardrail_config import GuardrailConfig
     from ..models.model_config import ModelConfig
     from ..models.ppo_trainer_config import PPOTrainerConfig
+    from ..models.reward_shaping_config import RewardShapingConfig
     from ..models.rollout_config import RolloutConfig
 
 
@@ -32,6 +33,8 @@ class PPOConfig:
         data (DataConfig | Unset): Batching and lengths (VERL: `data`).
         guardrails (GuardrailConfig | Unset): The recipe's monitoring points, enforced.
         model (ModelConfig | Unset): How the trained model is loaded (VERL: `actor_rollout_ref.model`).
+        reward (RewardShapingConfig | Unset): What is done to every sequence score before advantages (VERL:
+            `reward_model`).
         rollout (RolloutConfig | Unset): Sampling (VERL: `actor_rollout_ref.rollout`).
         trainer (PPOTrainerConfig | Unset): `TrainerConfig` for PPO (3 epochs by default, as in the recipe).
     """
@@ -42,6 +45,7 @@ class PPOConfig:
     data: DataConfig | Unset = UNSET
     guardrails: GuardrailConfig | Unset = UNSET
     model: ModelConfig | Unset = UNSET
+    reward: RewardShapingConfig | Unset = UNSET
     rollout: RolloutConfig | Unset = UNSET
     trainer: PPOTrainerConfig | Unset = UNSET
 
@@ -70,6 +74,10 @@ class PPOConfig:
         if not isinstance(self.model, Unset):
             model = self.model.to_dict()
 
+        reward: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.reward, Unset):
+            reward = self.reward.to_dict()
+
         rollout: dict[str, Any] | Unset = UNSET
         if not isinstance(self.rollout, Unset):
             rollout = self.rollout.to_dict()
@@ -93,6 +101,8 @@ class PPOConfig:
             field_dict["guardrails"] = guardrails
         if model is not UNSET:
             field_dict["model"] = model
+        if reward is not UNSET:
+            field_dict["reward"] = reward
         if rollout is not UNSET:
             field_dict["rollout"] = rollout
         if trainer is not UNSET:
@@ -109,6 +119,7 @@ class PPOConfig:
         from ..models.guardrail_config import GuardrailConfig  # noqa: PLC0415
         from ..models.model_config import ModelConfig  # noqa: PLC0415
         from ..models.ppo_trainer_config import PPOTrainerConfig  # noqa: PLC0415
+        from ..models.reward_shaping_config import RewardShapingConfig  # noqa: PLC0415
         from ..models.rollout_config import RolloutConfig  # noqa: PLC0415
 
         d = dict(src_dict)
@@ -154,6 +165,13 @@ class PPOConfig:
         else:
             model = ModelConfig.from_dict(_model)
 
+        _reward = d.pop("reward", UNSET)
+        reward: RewardShapingConfig | Unset
+        if isinstance(_reward, Unset):
+            reward = UNSET
+        else:
+            reward = RewardShapingConfig.from_dict(_reward)
+
         _rollout = d.pop("rollout", UNSET)
         rollout: RolloutConfig | Unset
         if isinstance(_rollout, Unset):
@@ -175,6 +193,7 @@ class PPOConfig:
             data=data,
             guardrails=guardrails,
             model=model,
+            reward=reward,
             rollout=rollout,
             trainer=trainer,
         )

@@ -16,6 +16,14 @@ class PPOTrainerConfig:
 
     Attributes:
         critic_warmup (int | Unset): PPO only: steps that train the critic before the actor starts updating. Default: 0.
+        max_actor_ckpt_to_keep (int | None | Unset): Keep only the newest N checkpoints (supervised methods: the
+            model's); older ones are deleted,
+            files and all, as new ones are recorded, except those a queued or running job uses (None: keep all).
+        max_critic_ckpt_to_keep (int | None | Unset): PPO: keep the critic part of only the newest N checkpoints (None:
+            keep all).
+        max_duration_s (float | None | Unset): Wall-clock budget of the whole run, earlier attempts included: past it
+            the job saves a
+            checkpoint at the next step boundary and fails with `max_duration_exceeded` (None: no limit).
         save_freq (int | Unset): Checkpoint every N steps (-1: only at the end). Default: -1.
         test_freq (int | Unset): Validate every N steps (-1: only at the end). Default: -1.
         total_epochs (int | Unset):  Default: 3.
@@ -23,6 +31,9 @@ class PPOTrainerConfig:
     """
 
     critic_warmup: int | Unset = 0
+    max_actor_ckpt_to_keep: int | None | Unset = UNSET
+    max_critic_ckpt_to_keep: int | None | Unset = UNSET
+    max_duration_s: float | None | Unset = UNSET
     save_freq: int | Unset = -1
     test_freq: int | Unset = -1
     total_epochs: int | Unset = 3
@@ -30,6 +41,24 @@ class PPOTrainerConfig:
 
     def to_dict(self) -> dict[str, Any]:
         critic_warmup = self.critic_warmup
+
+        max_actor_ckpt_to_keep: int | None | Unset
+        if isinstance(self.max_actor_ckpt_to_keep, Unset):
+            max_actor_ckpt_to_keep = UNSET
+        else:
+            max_actor_ckpt_to_keep = self.max_actor_ckpt_to_keep
+
+        max_critic_ckpt_to_keep: int | None | Unset
+        if isinstance(self.max_critic_ckpt_to_keep, Unset):
+            max_critic_ckpt_to_keep = UNSET
+        else:
+            max_critic_ckpt_to_keep = self.max_critic_ckpt_to_keep
+
+        max_duration_s: float | None | Unset
+        if isinstance(self.max_duration_s, Unset):
+            max_duration_s = UNSET
+        else:
+            max_duration_s = self.max_duration_s
 
         save_freq = self.save_freq
 
@@ -48,6 +77,12 @@ class PPOTrainerConfig:
         field_dict.update({})
         if critic_warmup is not UNSET:
             field_dict["critic_warmup"] = critic_warmup
+        if max_actor_ckpt_to_keep is not UNSET:
+            field_dict["max_actor_ckpt_to_keep"] = max_actor_ckpt_to_keep
+        if max_critic_ckpt_to_keep is not UNSET:
+            field_dict["max_critic_ckpt_to_keep"] = max_critic_ckpt_to_keep
+        if max_duration_s is not UNSET:
+            field_dict["max_duration_s"] = max_duration_s
         if save_freq is not UNSET:
             field_dict["save_freq"] = save_freq
         if test_freq is not UNSET:
@@ -63,6 +98,33 @@ class PPOTrainerConfig:
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         d = dict(src_dict)
         critic_warmup = d.pop("critic_warmup", UNSET)
+
+        def _parse_max_actor_ckpt_to_keep(data: object) -> int | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(int | None | Unset, data)
+
+        max_actor_ckpt_to_keep = _parse_max_actor_ckpt_to_keep(d.pop("max_actor_ckpt_to_keep", UNSET))
+
+        def _parse_max_critic_ckpt_to_keep(data: object) -> int | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(int | None | Unset, data)
+
+        max_critic_ckpt_to_keep = _parse_max_critic_ckpt_to_keep(d.pop("max_critic_ckpt_to_keep", UNSET))
+
+        def _parse_max_duration_s(data: object) -> float | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(float | None | Unset, data)
+
+        max_duration_s = _parse_max_duration_s(d.pop("max_duration_s", UNSET))
 
         save_freq = d.pop("save_freq", UNSET)
 
@@ -81,6 +143,9 @@ class PPOTrainerConfig:
 
         ppo_trainer_config = cls(
             critic_warmup=critic_warmup,
+            max_actor_ckpt_to_keep=max_actor_ckpt_to_keep,
+            max_critic_ckpt_to_keep=max_critic_ckpt_to_keep,
+            max_duration_s=max_duration_s,
             save_freq=save_freq,
             test_freq=test_freq,
             total_epochs=total_epochs,

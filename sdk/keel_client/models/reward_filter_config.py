@@ -5,6 +5,7 @@ from typing import Any, TypeVar
 
 from attrs import define as _attrs_define
 
+from ..models.reward_filter_config_mode import RewardFilterConfigMode
 from ..types import UNSET, Unset
 
 T = TypeVar("T", bound="RewardFilterConfig")
@@ -15,31 +16,36 @@ class RewardFilterConfig:
     """PF-PPO style filtering of unreliable rewards (Zhang et al. 2024, arXiv:2409.06957).
 
     Attributes:
-        drop_middle_quantile (float | Unset): Share of samples around the median reward to drop (their rewards are the
-            least reliable). Default: 0.5.
         enable (bool | Unset):  Default: False.
-        replay_buffer_size (int | Unset): Kept high-confidence samples replayed in later steps (0 disables replay).
-            Default: 0.
+        mode (RewardFilterConfigMode | Unset): Within each prompt's group of `rollout.n` samples, train on the best and
+            the worst (or the best
+            and a random other) sample; ties are broken at random; a group whose scores all tie is kept whole. Default:
+            RewardFilterConfigMode.BEST_WORST.
+        replay_buffer_size (int | Unset): Kept high-confidence samples replayed in later steps (0 disables replay; `gae`
+            only: a
+            critic-free estimator has no group for a replayed sample). Default: 0.
     """
 
-    drop_middle_quantile: float | Unset = 0.5
     enable: bool | Unset = False
+    mode: RewardFilterConfigMode | Unset = RewardFilterConfigMode.BEST_WORST
     replay_buffer_size: int | Unset = 0
 
     def to_dict(self) -> dict[str, Any]:
-        drop_middle_quantile = self.drop_middle_quantile
-
         enable = self.enable
+
+        mode: str | Unset = UNSET
+        if not isinstance(self.mode, Unset):
+            mode = self.mode.value
 
         replay_buffer_size = self.replay_buffer_size
 
         field_dict: dict[str, Any] = {}
 
         field_dict.update({})
-        if drop_middle_quantile is not UNSET:
-            field_dict["drop_middle_quantile"] = drop_middle_quantile
         if enable is not UNSET:
             field_dict["enable"] = enable
+        if mode is not UNSET:
+            field_dict["mode"] = mode
         if replay_buffer_size is not UNSET:
             field_dict["replay_buffer_size"] = replay_buffer_size
 
@@ -48,15 +54,20 @@ class RewardFilterConfig:
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         d = dict(src_dict)
-        drop_middle_quantile = d.pop("drop_middle_quantile", UNSET)
-
         enable = d.pop("enable", UNSET)
+
+        _mode = d.pop("mode", UNSET)
+        mode: RewardFilterConfigMode | Unset
+        if isinstance(_mode, Unset):
+            mode = UNSET
+        else:
+            mode = RewardFilterConfigMode(_mode)
 
         replay_buffer_size = d.pop("replay_buffer_size", UNSET)
 
         reward_filter_config = cls(
-            drop_middle_quantile=drop_middle_quantile,
             enable=enable,
+            mode=mode,
             replay_buffer_size=replay_buffer_size,
         )
 

@@ -4,6 +4,7 @@ from enum import StrEnum
 class RewardSpecFunctionType0(StrEnum):
     DATA_SOURCE = "data_source"
     EXACT_MATCH = "exact_match"
+    GRADER = "grader"
     GSM8K = "gsm8k"
     LENGTH_PENALTY = "length_penalty"
     REGEX = "regex"

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from ..models.data_config import DataConfig
     from ..models.distill_model_config import DistillModelConfig
     from ..models.distill_optim_config import DistillOptimConfig
+    from ..models.step_guardrail_config import StepGuardrailConfig
     from ..models.trainer_config import TrainerConfig
 
 
@@ -26,6 +27,8 @@ class RMDistillConfig:
         data (DataConfig | Unset): Batching and lengths (VERL: `data`).
         gate_kl (float | Unset): Held-out mean KL the student must stay below, else the job fails with `distill_gate`.
             Default: 0.05.
+        guardrails (StepGuardrailConfig | Unset): The step watchdog of SFT, reward-model training and distillation (PPO:
+            `GuardrailConfig`).
         loss (RMDistillConfigLoss | Unset): `kl`: KL(Bern(sigmoid(t_c - t_r)) || Bern(sigmoid(s_c - s_r))); `mse`: on
             standardised score gaps. Default: RMDistillConfigLoss.KL.
         max_token_len_per_gpu (int | Unset):  Default: 3072.
@@ -40,6 +43,7 @@ class RMDistillConfig:
 
     data: DataConfig | Unset = UNSET
     gate_kl: float | Unset = 0.05
+    guardrails: StepGuardrailConfig | Unset = UNSET
     loss: RMDistillConfigLoss | Unset = RMDistillConfigLoss.KL
     max_token_len_per_gpu: int | Unset = 3072
     micro_batch_size_per_gpu: int | Unset = 2
@@ -54,6 +58,10 @@ class RMDistillConfig:
             data = self.data.to_dict()
 
         gate_kl = self.gate_kl
+
+        guardrails: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.guardrails, Unset):
+            guardrails = self.guardrails.to_dict()
 
         loss: str | Unset = UNSET
         if not isinstance(self.loss, Unset):
@@ -84,6 +92,8 @@ class RMDistillConfig:
             field_dict["data"] = data
         if gate_kl is not UNSET:
             field_dict["gate_kl"] = gate_kl
+        if guardrails is not UNSET:
+            field_dict["guardrails"] = guardrails
         if loss is not UNSET:
             field_dict["loss"] = loss
         if max_token_len_per_gpu is not UNSET:
@@ -106,6 +116,7 @@ class RMDistillConfig:
         from ..models.data_config import DataConfig  # noqa: PLC0415
         from ..models.distill_model_config import DistillModelConfig  # noqa: PLC0415
         from ..models.distill_optim_config import DistillOptimConfig  # noqa: PLC0415
+        from ..models.step_guardrail_config import StepGuardrailConfig  # noqa: PLC0415
         from ..models.trainer_config import TrainerConfig  # noqa: PLC0415
 
         d = dict(src_dict)
@@ -117,6 +128,13 @@ class RMDistillConfig:
             data = DataConfig.from_dict(_data)
 
         gate_kl = d.pop("gate_kl", UNSET)
+
+        _guardrails = d.pop("guardrails", UNSET)
+        guardrails: StepGuardrailConfig | Unset
+        if isinstance(_guardrails, Unset):
+            guardrails = UNSET
+        else:
+            guardrails = StepGuardrailConfig.from_dict(_guardrails)
 
         _loss = d.pop("loss", UNSET)
         loss: RMDistillConfigLoss | Unset
@@ -155,6 +173,7 @@ class RMDistillConfig:
         rm_distill_config = cls(
             data=data,
             gate_kl=gate_kl,
+            guardrails=guardrails,
             loss=loss,
             max_token_len_per_gpu=max_token_len_per_gpu,
             micro_batch_size_per_gpu=micro_batch_size_per_gpu,

@@ -19,8 +19,8 @@ class RMDistillMethod:
     """Distil a teacher reward model into the (smaller, LoRA) `model` on preference pairs.
 
     Attributes:
-        teacher (str): A Keel model id (`model-...`) of this project, a hub id (`org/name`), or an absolute directory
-            under one of the deployment's model roots.
+        teacher (str): A Keel model id (`model-...`) or checkpoint id (`ckpt-...`: its Hugging Face export) of this
+            project, a hub id (`org/name`), or an absolute directory under one of the deployment's model roots.
         type_ (Literal['rm_distill']):
         hyperparameters (RMDistillConfig | Unset): Distil a teacher reward model's pairwise preferences into a (LoRA)
             student.

@@ -17,6 +17,13 @@ class RolloutConfig:
 
     Attributes:
         do_sample (bool | Unset):  Default: True.
+        enforce_eager (bool | Unset): vllm: run without CUDA graphs (graphs capture once at start-up and speed decoding
+            up). Default: False.
+        free_cache_engine (bool | Unset): vllm: put the engine to sleep after generating (its KV cache freed, its
+            weights moved to CPU)
+            so training gets the GPU memory back; woken before the next weight sync or generation. Default: True.
+        gpu_memory_utilization (float | Unset): vllm: share of the GPU's memory the engine may take for weights and KV
+            cache. Default: 0.5.
         n (int | Unset): Samples per prompt. Default: 5.
         name (RolloutConfigName | Unset):  Default: RolloutConfigName.HF.
         temperature (float | Unset):  Default: 1.0.
@@ -26,6 +33,9 @@ class RolloutConfig:
     """
 
     do_sample: bool | Unset = True
+    enforce_eager: bool | Unset = False
+    free_cache_engine: bool | Unset = True
+    gpu_memory_utilization: float | Unset = 0.5
     n: int | Unset = 5
     name: RolloutConfigName | Unset = RolloutConfigName.HF
     temperature: float | Unset = 1.0
@@ -35,6 +45,12 @@ class RolloutConfig:
 
     def to_dict(self) -> dict[str, Any]:
         do_sample = self.do_sample
+
+        enforce_eager = self.enforce_eager
+
+        free_cache_engine = self.free_cache_engine
+
+        gpu_memory_utilization = self.gpu_memory_utilization
 
         n = self.n
 
@@ -55,6 +71,12 @@ class RolloutConfig:
         field_dict.update({})
         if do_sample is not UNSET:
             field_dict["do_sample"] = do_sample
+        if enforce_eager is not UNSET:
+            field_dict["enforce_eager"] = enforce_eager
+        if free_cache_engine is not UNSET:
+            field_dict["free_cache_engine"] = free_cache_engine
+        if gpu_memory_utilization is not UNSET:
+            field_dict["gpu_memory_utilization"] = gpu_memory_utilization
         if n is not UNSET:
             field_dict["n"] = n
         if name is not UNSET:
@@ -75,6 +97,12 @@ class RolloutConfig:
         d = dict(src_dict)
         do_sample = d.pop("do_sample", UNSET)
 
+        enforce_eager = d.pop("enforce_eager", UNSET)
+
+        free_cache_engine = d.pop("free_cache_engine", UNSET)
+
+        gpu_memory_utilization = d.pop("gpu_memory_utilization", UNSET)
+
         n = d.pop("n", UNSET)
 
         _name = d.pop("name", UNSET)
@@ -94,6 +122,9 @@ class RolloutConfig:
 
         rollout_config = cls(
             do_sample=do_sample,
+            enforce_eager=enforce_eager,
+            free_cache_engine=free_cache_engine,
+            gpu_memory_utilization=gpu_memory_utilization,
             n=n,
             name=name,
             temperature=temperature,

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from ..models.data_config import DataConfig
     from ..models.model_config import ModelConfig
     from ..models.optim_config import OptimConfig
+    from ..models.step_guardrail_config import StepGuardrailConfig
     from ..models.trainer_config import TrainerConfig
 
 
@@ -23,6 +24,8 @@ class SFTConfig:
 
     Attributes:
         data (DataConfig | Unset): Batching and lengths (VERL: `data`).
+        guardrails (StepGuardrailConfig | Unset): The step watchdog of SFT, reward-model training and distillation (PPO:
+            `GuardrailConfig`).
         max_token_len_per_gpu (int | Unset):  Default: 3072.
         micro_batch_size_per_gpu (int | Unset):  Default: 2.
         model (ModelConfig | Unset): How the trained model is loaded (VERL: `actor_rollout_ref.model`).
@@ -32,6 +35,7 @@ class SFTConfig:
     """
 
     data: DataConfig | Unset = UNSET
+    guardrails: StepGuardrailConfig | Unset = UNSET
     max_token_len_per_gpu: int | Unset = 3072
     micro_batch_size_per_gpu: int | Unset = 2
     model: ModelConfig | Unset = UNSET
@@ -43,6 +47,10 @@ class SFTConfig:
         data: dict[str, Any] | Unset = UNSET
         if not isinstance(self.data, Unset):
             data = self.data.to_dict()
+
+        guardrails: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.guardrails, Unset):
+            guardrails = self.guardrails.to_dict()
 
         max_token_len_per_gpu = self.max_token_len_per_gpu
 
@@ -67,6 +75,8 @@ class SFTConfig:
         field_dict.update({})
         if data is not UNSET:
             field_dict["data"] = data
+        if guardrails is not UNSET:
+            field_dict["guardrails"] = guardrails
         if max_token_len_per_gpu is not UNSET:
             field_dict["max_token_len_per_gpu"] = max_token_len_per_gpu
         if micro_batch_size_per_gpu is not UNSET:
@@ -87,6 +97,7 @@ class SFTConfig:
         from ..models.data_config import DataConfig  # noqa: PLC0415
         from ..models.model_config import ModelConfig  # noqa: PLC0415
         from ..models.optim_config import OptimConfig  # noqa: PLC0415
+        from ..models.step_guardrail_config import StepGuardrailConfig  # noqa: PLC0415
         from ..models.trainer_config import TrainerConfig  # noqa: PLC0415
 
         d = dict(src_dict)
@@ -96,6 +107,13 @@ class SFTConfig:
             data = UNSET
         else:
             data = DataConfig.from_dict(_data)
+
+        _guardrails = d.pop("guardrails", UNSET)
+        guardrails: StepGuardrailConfig | Unset
+        if isinstance(_guardrails, Unset):
+            guardrails = UNSET
+        else:
+            guardrails = StepGuardrailConfig.from_dict(_guardrails)
 
         max_token_len_per_gpu = d.pop("max_token_len_per_gpu", UNSET)
 
@@ -126,6 +144,7 @@ class SFTConfig:
 
         sft_config = cls(
             data=data,
+            guardrails=guardrails,
             max_token_len_per_gpu=max_token_len_per_gpu,
             micro_batch_size_per_gpu=micro_batch_size_per_gpu,
             model=model,

@@ -20,7 +20,8 @@ class UploadFileFileUpload:
     Attributes:
         file (File): A parquet or JSON Lines file (the format is told by its content).
         purpose (UploadFileFileUploadPurpose): preference: prompt, chosen, rejected (+ margin); prompts: prompt (+
-            ground_truth, data_source); sft: prompt, response.
+            ground_truth, data_source); sft: prompt, response; fine-tune: OpenAI's fine-tuning JSON Lines (chat, dpo or
+            reinforcement rows, told apart by their fields; errors are 400s).
         metadata (str | Unset): A JSON object of up to 16 string pairs (keys up to 64 characters, values up to 512).
     """
 

@@ -2,6 +2,7 @@ from enum import StrEnum
 
 
 class UploadFileFileUploadPurpose(StrEnum):
+    FINE_TUNE = "fine-tune"
     PREFERENCE = "preference"
     PROMPTS = "prompts"
     SFT = "sft"

@@ -7,19 +7,47 @@ import httpx
 
 from ... import errors
 from ...client import AuthenticatedClient, Client
+from ...models.download_checkpoint_content_include_type_0 import DownloadCheckpointContentIncludeType0
+from ...models.download_checkpoint_content_role import DownloadCheckpointContentRole
 from ...models.problem import Problem
-from ...types import File, Response
+from ...types import UNSET, File, Response, Unset
 
 
 def _get_kwargs(
     checkpoint_id: str,
+    *,
+    role: DownloadCheckpointContentRole | Unset = DownloadCheckpointContentRole.ACTOR,
+    merged: bool | Unset = False,
+    include: DownloadCheckpointContentIncludeType0 | None | Unset = UNSET,
 ) -> dict[str, Any]:
+
+    params: dict[str, Any] = {}
+
+    json_role: str | Unset = UNSET
+    if not isinstance(role, Unset):
+        json_role = role.value
+
+    params["role"] = json_role
+
+    params["merged"] = merged
+
+    json_include: None | str | Unset
+    if isinstance(include, Unset):
+        json_include = UNSET
+    elif isinstance(include, DownloadCheckpointContentIncludeType0):
+        json_include = include.value
+    else:
+        json_include = include
+    params["include"] = json_include
+
+    params = {k: v for k, v in params.items() if v is not UNSET and v is not None}
 
     _kwargs: dict[str, Any] = {
         "method": "get",
         "url": "/v1/checkpoints/{checkpoint_id}/content".format(
             checkpoint_id=quote(str(checkpoint_id), safe=""),
         ),
+        "params": params,
     }
 
     return _kwargs
@@ -70,13 +98,27 @@ def sync_detailed(
     checkpoint_id: str,
     *,
     client: AuthenticatedClient,
+    role: DownloadCheckpointContentRole | Unset = DownloadCheckpointContentRole.ACTOR,
+    merged: bool | Unset = False,
+    include: DownloadCheckpointContentIncludeType0 | None | Unset = UNSET,
 ) -> Response[File | Problem]:
     """Download checkpoint content
 
-     The checkpoint directory as a tar archive, streamed.
+     The checkpoint's model as a Hugging Face directory in a tar archive, streamed: `config.json`,
+    safetensors weights and tokenizer files, loadable with `AutoModelForCausalLM` (policy),
+    `AutoModelForSequenceClassification` (reward model) or `AutoModelForTokenClassification`
+    (`role=critic`); a LoRA job's checkpoint gives its adapter (`merged=true`: the merged weights).
 
     Args:
         checkpoint_id (str):
+        role (DownloadCheckpointContentRole | Unset): Whose model: `actor` (the policy; the model
+            of a supervised job) or `critic` (PPO's value model). Default:
+            DownloadCheckpointContentRole.ACTOR.
+        merged (bool | Unset): LoRA: the merged full weights instead of the adapter (full models:
+            ignored). Default: False.
+        include (DownloadCheckpointContentIncludeType0 | None | Unset): `training_state`: add the
+            checkpoint's training state (weights, optimizer, scheduler, RNG, loop state) under
+            `training_state/`, to resume elsewhere.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -88,6 +130,9 @@ def sync_detailed(
 
     kwargs = _get_kwargs(
         checkpoint_id=checkpoint_id,
+        role=role,
+        merged=merged,
+        include=include,
     )
 
     response = client.get_httpx_client().request(
@@ -101,13 +146,27 @@ def sync(
     checkpoint_id: str,
     *,
     client: AuthenticatedClient,
+    role: DownloadCheckpointContentRole | Unset = DownloadCheckpointContentRole.ACTOR,
+    merged: bool | Unset = False,
+    include: DownloadCheckpointContentIncludeType0 | None | Unset = UNSET,
 ) -> File | Problem | None:
     """Download checkpoint content
 
-     The checkpoint directory as a tar archive, streamed.
+     The checkpoint's model as a Hugging Face directory in a tar archive, streamed: `config.json`,
+    safetensors weights and tokenizer files, loadable with `AutoModelForCausalLM` (policy),
+    `AutoModelForSequenceClassification` (reward model) or `AutoModelForTokenClassification`
+    (`role=critic`); a LoRA job's checkpoint gives its adapter (`merged=true`: the merged weights).
 
     Args:
         checkpoint_id (str):
+        role (DownloadCheckpointContentRole | Unset): Whose model: `actor` (the policy; the model
+            of a supervised job) or `critic` (PPO's value model). Default:
+            DownloadCheckpointContentRole.ACTOR.
+        merged (bool | Unset): LoRA: the merged full weights instead of the adapter (full models:
+            ignored). Default: False.
+        include (DownloadCheckpointContentIncludeType0 | None | Unset): `training_state`: add the
+            checkpoint's training state (weights, optimizer, scheduler, RNG, loop state) under
+            `training_state/`, to resume elsewhere.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -120,6 +179,9 @@ def sync(
     return sync_detailed(
         checkpoint_id=checkpoint_id,
         client=client,
+        role=role,
+        merged=merged,
+        include=include,
     ).parsed
 
 
@@ -127,13 +189,27 @@ async def asyncio_detailed(
     checkpoint_id: str,
     *,
     client: AuthenticatedClient,
+    role: DownloadCheckpointContentRole | Unset = DownloadCheckpointContentRole.ACTOR,
+    merged: bool | Unset = False,
+    include: DownloadCheckpointContentIncludeType0 | None | Unset = UNSET,
 ) -> Response[File | Problem]:
     """Download checkpoint content
 
-     The checkpoint directory as a tar archive, streamed.
+     The checkpoint's model as a Hugging Face directory in a tar archive, streamed: `config.json`,
+    safetensors weights and tokenizer files, loadable with `AutoModelForCausalLM` (policy),
+    `AutoModelForSequenceClassification` (reward model) or `AutoModelForTokenClassification`
+    (`role=critic`); a LoRA job's checkpoint gives its adapter (`merged=true`: the merged weights).
 
     Args:
         checkpoint_id (str):
+        role (DownloadCheckpointContentRole | Unset): Whose model: `actor` (the policy; the model
+            of a supervised job) or `critic` (PPO's value model). Default:
+            DownloadCheckpointContentRole.ACTOR.
+        merged (bool | Unset): LoRA: the merged full weights instead of the adapter (full models:
+            ignored). Default: False.
+        include (DownloadCheckpointContentIncludeType0 | None | Unset): `training_state`: add the
+            checkpoint's training state (weights, optimizer, scheduler, RNG, loop state) under
+            `training_state/`, to resume elsewhere.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -145,6 +221,9 @@ async def asyncio_detailed(
 
     kwargs = _get_kwargs(
         checkpoint_id=checkpoint_id,
+        role=role,
+        merged=merged,
+        include=include,
     )
 
     response = await client.get_async_httpx_client().request(**kwargs)
@@ -156,13 +235,27 @@ async def asyncio(
     checkpoint_id: str,
     *,
     client: AuthenticatedClient,
+    role: DownloadCheckpointContentRole | Unset = DownloadCheckpointContentRole.ACTOR,
+    merged: bool | Unset = False,
+    include: DownloadCheckpointContentIncludeType0 | None | Unset = UNSET,
 ) -> File | Problem | None:
     """Download checkpoint content
 
-     The checkpoint directory as a tar archive, streamed.
+     The checkpoint's model as a Hugging Face directory in a tar archive, streamed: `config.json`,
+    safetensors weights and tokenizer files, loadable with `AutoModelForCausalLM` (policy),
+    `AutoModelForSequenceClassification` (reward model) or `AutoModelForTokenClassification`
+    (`role=critic`); a LoRA job's checkpoint gives its adapter (`merged=true`: the merged weights).
 
     Args:
         checkpoint_id (str):
+        role (DownloadCheckpointContentRole | Unset): Whose model: `actor` (the policy; the model
+            of a supervised job) or `critic` (PPO's value model). Default:
+            DownloadCheckpointContentRole.ACTOR.
+        merged (bool | Unset): LoRA: the merged full weights instead of the adapter (full models:
+            ignored). Default: False.
+        include (DownloadCheckpointContentIncludeType0 | None | Unset): `training_state`: add the
+            checkpoint's training state (weights, optimizer, scheduler, RNG, loop state) under
+            `training_state/`, to resume elsewhere.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -176,5 +269,8 @@ async def asyncio(
         await asyncio_detailed(
             checkpoint_id=checkpoint_id,
             client=client,
+            role=role,
+            merged=merged,
+            include=include,
         )
     ).parsed

@@ -87,7 +87,9 @@ def sync_detailed(
 ) -> Response[Any | Problem]:
     """Stream job events
 
-     The job's events replayed after the cursor, then live; ends after `job.done`.
+     The job's events replayed after the cursor, then live; ends after `job.done`. One API key holds
+    at most the deployment's `KEEL_MAX_STREAMS_PER_KEY` streams at once (a 429 `too_many_streams`
+    beyond).
 
     Args:
         job_id (str):
@@ -125,7 +127,9 @@ def sync(
 ) -> Any | Problem | None:
     """Stream job events
 
-     The job's events replayed after the cursor, then live; ends after `job.done`.
+     The job's events replayed after the cursor, then live; ends after `job.done`. One API key holds
+    at most the deployment's `KEEL_MAX_STREAMS_PER_KEY` streams at once (a 429 `too_many_streams`
+    beyond).
 
     Args:
         job_id (str):
@@ -158,7 +162,9 @@ async def asyncio_detailed(
 ) -> Response[Any | Problem]:
     """Stream job events
 
-     The job's events replayed after the cursor, then live; ends after `job.done`.
+     The job's events replayed after the cursor, then live; ends after `job.done`. One API key holds
+    at most the deployment's `KEEL_MAX_STREAMS_PER_KEY` streams at once (a 429 `too_many_streams`
+    beyond).
 
     Args:
         job_id (str):
@@ -194,7 +200,9 @@ async def asyncio(
 ) -> Any | Problem | None:
     """Stream job events
 
-     The job's events replayed after the cursor, then live; ends after `job.done`.
+     The job's events replayed after the cursor, then live; ends after `job.done`. One API key holds
+    at most the deployment's `KEEL_MAX_STREAMS_PER_KEY` streams at once (a 429 `too_many_streams`
+    beyond).
 
     Args:
         job_id (str):

@@ -7,6 +7,7 @@ from ... import errors
 from ...client import AuthenticatedClient, Client
 from ...models.job_create import JobCreate
 from ...models.job_public import JobPublic
+from ...models.memory_plan import MemoryPlan
 from ...models.problem import Problem
 from ...types import UNSET, Response, Unset
 
@@ -14,15 +15,23 @@ from ...types import UNSET, Response, Unset
 def _get_kwargs(
     *,
     body: JobCreate,
+    dry_run: bool | Unset = False,
     idempotency_key: None | str | Unset = UNSET,
 ) -> dict[str, Any]:
     headers: dict[str, Any] = {}
     if not isinstance(idempotency_key, Unset):
         headers["Idempotency-Key"] = idempotency_key
 
+    params: dict[str, Any] = {}
+
+    params["dry_run"] = dry_run
+
+    params = {k: v for k, v in params.items() if v is not UNSET and v is not None}
+
     _kwargs: dict[str, Any] = {
         "method": "post",
         "url": "/v1/jobs",
+        "params": params,
     }
 
     _kwargs["json"] = body.to_dict()
@@ -33,7 +42,14 @@ def _get_kwargs(
     return _kwargs
 
 
-def _parse_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> JobPublic | Problem | None:
+def _parse_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> JobPublic | MemoryPlan | Problem | None:
+    if response.status_code == 200:
+        response_200 = MemoryPlan.from_dict(response.json())
+
+        return response_200
+
     if response.status_code == 201:
         response_201 = JobPublic.from_dict(response.json())
 
@@ -65,7 +81,9 @@ def _parse_response(*, client: AuthenticatedClient | Client, response: httpx.Res
         return None
 
 
-def _build_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> Response[JobPublic | Problem]:
+def _build_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> Response[JobPublic | MemoryPlan | Problem]:
     return Response(
         status_code=HTTPStatus(response.status_code),
         content=response.content,
@@ -78,13 +96,18 @@ def sync_detailed(
     *,
     client: AuthenticatedClient,
     body: JobCreate,
+    dry_run: bool | Unset = False,
     idempotency_key: None | str | Unset = UNSET,
-) -> Response[JobPublic | Problem]:
+) -> Response[JobPublic | MemoryPlan | Problem]:
     """Create a job
 
-     Validate a training job, queue it, and return it.
+     Validate a training job, queue it, and return it. A job whose memory plan cannot fit its devices
+    is a 422 `will_not_fit`; `dry_run=true` returns the plan instead.
 
     Args:
+        dry_run (bool | Unset): Validate the job and return its memory plan (200, `MemoryPlan`:
+            estimated bytes per worker) without creating, queueing or remembering anything. Default:
+            False.
         idempotency_key (None | str | Unset): Any unique string (e.g. a UUID): a retry with the
             same key and body returns the first response instead of acting twice. Kept 24 hours.
         body (JobCreate): A training job: a base model, a dataset, and a method with its
@@ -95,11 +118,12 @@ def sync_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[JobPublic | Problem]
+        Response[JobPublic | MemoryPlan | Problem]
     """
 
     kwargs = _get_kwargs(
         body=body,
+        dry_run=dry_run,
         idempotency_key=idempotency_key,
     )
 
@@ -114,13 +138,18 @@ def sync(
     *,
     client: AuthenticatedClient,
     body: JobCreate,
+    dry_run: bool | Unset = False,
     idempotency_key: None | str | Unset = UNSET,
-) -> JobPublic | Problem | None:
+) -> JobPublic | MemoryPlan | Problem | None:
     """Create a job
 
-     Validate a training job, queue it, and return it.
+     Validate a training job, queue it, and return it. A job whose memory plan cannot fit its devices
+    is a 422 `will_not_fit`; `dry_run=true` returns the plan instead.
 
     Args:
+        dry_run (bool | Unset): Validate the job and return its memory plan (200, `MemoryPlan`:
+            estimated bytes per worker) without creating, queueing or remembering anything. Default:
+            False.
         idempotency_key (None | str | Unset): Any unique string (e.g. a UUID): a retry with the
             same key and body returns the first response instead of acting twice. Kept 24 hours.
         body (JobCreate): A training job: a base model, a dataset, and a method with its
@@ -131,12 +160,13 @@ def sync(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        JobPublic | Problem
+        JobPublic | MemoryPlan | Problem
     """
 
     return sync_detailed(
         client=client,
         body=body,
+        dry_run=dry_run,
         idempotency_key=idempotency_key,
     ).parsed
 
@@ -145,13 +175,18 @@ async def asyncio_detailed(
     *,
     client: AuthenticatedClient,
     body: JobCreate,
+    dry_run: bool | Unset = False,
     idempotency_key: None | str | Unset = UNSET,
-) -> Response[JobPublic | Problem]:
+) -> Response[JobPublic | MemoryPlan | Problem]:
     """Create a job
 
-     Validate a training job, queue it, and return it.
+     Validate a training job, queue it, and return it. A job whose memory plan cannot fit its devices
+    is a 422 `will_not_fit`; `dry_run=true` returns the plan instead.
 
     Args:
+        dry_run (bool | Unset): Validate the job and return its memory plan (200, `MemoryPlan`:
+            estimated bytes per worker) without creating, queueing or remembering anything. Default:
+            False.
         idempotency_key (None | str | Unset): Any unique string (e.g. a UUID): a retry with the
             same key and body returns the first response instead of acting twice. Kept 24 hours.
         body (JobCreate): A training job: a base model, a dataset, and a method with its
@@ -162,11 +197,12 @@ async def asyncio_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[JobPublic | Problem]
+        Response[JobPublic | MemoryPlan | Problem]
     """
 
     kwargs = _get_kwargs(
         body=body,
+        dry_run=dry_run,
         idempotency_key=idempotency_key,
     )
 
@@ -179,13 +215,18 @@ async def asyncio(
     *,
     client: AuthenticatedClient,
     body: JobCreate,
+    dry_run: bool | Unset = False,
     idempotency_key: None | str | Unset = UNSET,
-) -> JobPublic | Problem | None:
+) -> JobPublic | MemoryPlan | Problem | None:
     """Create a job
 
-     Validate a training job, queue it, and return it.
+     Validate a training job, queue it, and return it. A job whose memory plan cannot fit its devices
+    is a 422 `will_not_fit`; `dry_run=true` returns the plan instead.
 
     Args:
+        dry_run (bool | Unset): Validate the job and return its memory plan (200, `MemoryPlan`:
+            estimated bytes per worker) without creating, queueing or remembering anything. Default:
+            False.
         idempotency_key (None | str | Unset): Any unique string (e.g. a UUID): a retry with the
             same key and body returns the first response instead of acting twice. Kept 24 hours.
         body (JobCreate): A training job: a base model, a dataset, and a method with its
@@ -196,13 +237,14 @@ async def asyncio(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        JobPublic | Problem
+        JobPublic | MemoryPlan | Problem
     """
 
     return (
         await asyncio_detailed(
             client=client,
             body=body,
+            dry_run=dry_run,
             idempotency_key=idempotency_key,
         )
     ).parsed

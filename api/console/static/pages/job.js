@@ -1,0 +1,162 @@
+// One job: summary, cancel, live metric charts with checkpoint and warning markers, the event log,
+// checkpoints and the output model with download buttons. Everything live comes from the SSE stream
+// (replayed from the start, so history and live updates take the same path).
+
+import { api, download, followEvents } from "../api.js";
+import { MetricCharts } from "../charts.js";
+import { badge, bytes, clear, duration, errorBox, h, progressBar, table, when } from "../ui.js";
+
+const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+const LOG_LIMIT = 500;
+
+export async function jobPage(main, [jobId], page) {
+  let job = await api(`/v1/jobs/${encodeURIComponent(jobId)}`, { signal: page.signal });
+  const head = h("div.page-head");
+  const summary = h("div.card.summary");
+  const chartsRoot = h("div#charts.charts", { "aria-live": "off" });
+  const logList = h("ol#events.events");
+  const checkpoints = h("div#checkpoints");
+  const streamState = h("span.stream-state", { dataset: { state: "connecting" } }, "connecting…");
+  const notice = h("div");
+  let metricEvents = 0;
+  const metricCount = h("span.muted");
+
+  main.append(head, notice, summary,
+    h("section.card",
+      h("div.section-head", h("h3", "Metrics"), streamState),
+      h("p.muted.small", "Drag across a chart to zoom into steps; double-click to zoom out. ",
+        h("span.key-ckpt", "◆ checkpoint"), " ", h("span.key-warn", "⚠ warning")),
+      chartsRoot),
+    h("div.two-col",
+      h("section.card", h("h3", "Checkpoints"), checkpoints),
+      h("section.card", h("div.section-head", h("h3", "Events"), metricCount), h("div.events-wrap", logList))));
+
+  const charts = new MetricCharts(chartsRoot);
+  page.onLeave(() => charts.destroy());
+
+  function renderHead() {
+    const cancel = TERMINAL.has(job.status) || job.status === "cancelling" ? null
+      : h("button.danger#cancel", { type: "button", onclick: cancelJob }, "Cancel job");
+    clear(head, h("h2", h("a", { href: "#/jobs" }, "Jobs"), " / ", h("span.mono", job.id)), badge(job.status), cancel);
+  }
+
+  function renderSummary() {
+    const m = job.method;
+    const refs = [];
+    if (m.teacher) refs.push(["Teacher", m.teacher]);
+    if (m.reward?.model) refs.push(["Reward model", m.reward.model]);
+    if (m.reward?.function) refs.push(["Reward function", m.reward.function]);
+    const output = job.output_model ? h("span", h("span.mono", job.output_model), " ",
+      h("button.small#download-model", { type: "button",
+        onclick: () => download(`/v1/models/${job.output_model}/content`, `${job.output_model}.tar`).catch(show) },
+      "Download")) : "—";
+    const rows = [
+      ["Method", m.type], ["Base model", h("span.mono", job.model)], ...refs,
+      ["Training file", h("span.mono", job.training_file)], ["Validation file", job.validation_file || "—"],
+      ["Progress", progressBar(job.progress)],
+      ["ETA", job.status === "running" ? duration(job.progress.seconds_remaining) : "—"],
+      ["Created", when(job.created_at)], ["Started", when(job.started_at)], ["Finished", when(job.finished_at)],
+      ["Output model", output],
+    ];
+    if (job.queue_position) rows.push(["Queue position", String(job.queue_position)]);
+    if (job.error) rows.push(["Error", h("span.error-text", `${job.error.code}: ${job.error.message}`)]);
+    clear(summary, h("dl.kv", rows.map(([k, v]) => [h("dt", k), h("dd", v)])));
+  }
+
+  function show(err) { clear(notice, errorBox(err)); }
+
+  async function cancelJob(e) {
+    e.target.disabled = true;
+    try {
+      job = await api(`/v1/jobs/${encodeURIComponent(job.id)}/cancel`, { method: "POST", idempotent: true });
+      renderHead();
+      renderSummary();
+    } catch (err) { show(err); e.target.disabled = false; }
+  }
+
+  async function refresh() {
+    try {
+      job = await api(`/v1/jobs/${encodeURIComponent(job.id)}`, { signal: page.signal });
+      renderHead();
+      renderSummary();
+    } catch (err) { if (!page.signal.aborted) show(err); }
+  }
+
+  async function loadCheckpoints() {
+    try {
+      const page_ = await api(`/v1/jobs/${encodeURIComponent(job.id)}/checkpoints`, { query: { limit: 100 }, signal: page.signal });
+      clear(checkpoints, table([
+        { title: "Step", render: (c) => String(c.step) },
+        { title: "Checkpoint", render: (c) => h("span.mono", c.id) },
+        { title: "Size", render: (c) => bytes(c.bytes) },
+        { title: "", render: (c) => h("button.small", { type: "button", dataset: { checkpoint: c.id },
+          onclick: () => download(`/v1/checkpoints/${c.id}/content`, `${c.id}.tar`).catch(show) }, "Download") },
+      ], page_.data, { empty: "No checkpoints yet." }));
+    } catch (err) { if (!page.signal.aborted) clear(checkpoints, errorBox(err)); }
+  }
+
+  function log(event, text, kind = "") {
+    const time = new Date(event.created_at * 1000).toLocaleTimeString();
+    logList.append(h(`li.${kind || "ev"}`, { dataset: { seq: String(event.seq), type: event.type } },
+      h("span.muted", `#${event.seq} ${time} `), h("b", event.type.replace(/^job\./, "")), " ", text));
+    while (logList.childElementCount > LOG_LIMIT) logList.firstElementChild.remove();
+    const wrap = logList.parentElement;
+    if (wrap.scrollHeight - wrap.scrollTop - wrap.clientHeight < 80) wrap.scrollTop = wrap.scrollHeight;
+  }
+
+  function onEvent(event) {
+    const d = event.data || {};
+    switch (event.type) {
+      case "job.metrics":
+        charts.addMetrics(d.step, d.values);
+        metricEvents++;
+        metricCount.textContent = `${metricEvents} metrics events (charted, not listed)`;
+        if (typeof d.step === "number") {
+          job.progress = { ...job.progress, step: d.step, total_steps: d.total_steps ?? job.progress.total_steps };
+          summary.querySelector(".progress")?.replaceWith(progressBar(job.progress));
+        }
+        return;
+      case "job.checkpoint":
+        charts.addMarker("checkpoint", d.step, d.checkpoint_id);
+        log(event, `step ${d.step}: ${d.checkpoint_id}`);
+        loadCheckpoints();
+        return;
+      case "job.warning": {
+        const step = typeof d.data?.step === "number" ? d.data.step : null;
+        charts.addMarker("warning", step, d.code);
+        log(event, `${d.code}: ${d.message}`, "warn");
+        return;
+      }
+      case "job.status":
+        log(event, d.status + (d.reason ? ` (${d.reason})` : ""));
+        refresh();
+        return;
+      case "job.error":
+        log(event, `${d.code || "error"}: ${d.message || ""}`, "err");
+        return;
+      case "job.log":
+        log(event, d.message || "");
+        return;
+      case "job.placement":
+        log(event, `${(d.workers || []).length} workers placed`);
+        return;
+      case "job.done":
+        log(event, d.status || "");
+        refresh();
+        loadCheckpoints();
+        return;
+      default:
+        log(event, JSON.stringify(d).slice(0, 200));
+    }
+  }
+
+  renderHead();
+  renderSummary();
+  loadCheckpoints();
+  page.every(5000, () => { if (!TERMINAL.has(job.status)) refresh(); });
+  const states = { live: "live", reconnecting: "reconnecting…", done: "finished" };
+  followEvents(job.id, {
+    signal: page.signal, onEvent,
+    onState: (s) => { streamState.dataset.state = s; streamState.textContent = states[s] || s; },
+  }).catch((err) => { if (!page.signal.aborted) { streamState.textContent = "stream failed"; show(err); } });
+}

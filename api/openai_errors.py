@@ -1,0 +1,45 @@
+"""OpenAI's error object beside RFC 9457: what the official `openai` client needs to raise the right
+exception class (`BadRequestError` 400, `AuthenticationError` 401, `NotFoundError` 404,
+`RateLimitError` 429) with `param` and `code` set.
+
+On the OpenAI-compatible routes (`/v1/fine_tuning/...`) every problem body also carries
+`{"error": {"message", "type", "param", "code"}}` as an RFC 9457 extension member, and request
+validation problems are 400s (OpenAI's status) instead of Keel's 422. A `purpose=fine-tune` upload's
+file problems get the same treatment (api/routes/files.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api.errors import ApiError
+
+OPENAI_PREFIXES = ("/v1/fine_tuning",)
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+          404: "invalid_request_error", 409: "invalid_request_error", 422: "invalid_request_error",
+          429: "rate_limit_error"}
+
+
+def error_object(status: int, code: str, message: str, param: str | None) -> dict[str, Any]:
+    return {"message": message, "type": _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
+            "param": param, "code": code}
+
+
+def bad_request(code: str, message: str, *, param: str | None = None,
+                errors: list[dict[str, Any]] | None = None) -> ApiError:
+    """A 400 problem with OpenAI's error object (for routes outside OPENAI_PREFIXES)."""
+    return ApiError(400, code, message, param=param, errors=errors,
+                    extensions={"error": error_object(400, code, message, param)})
+
+
+def is_openai_path(path: str) -> bool:
+    return path.startswith(OPENAI_PREFIXES)
+
+
+def adapt(status: int, content: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """(status, body) of a problem on an OpenAI-compatible route: 422 -> 400, plus `error`."""
+    if status == 422:
+        status = 400
+        content = {**content, "status": 400, "title": "Bad Request"}
+    return status, {**content, "error": error_object(status, content.get("code") or "error",
+                                                      content.get("detail") or "", content.get("param"))}

@@ -1,0 +1,497 @@
+"""OpenAI's fine-tuning API over Keel's jobs: the official `openai` client works unchanged against
+`base_url=<keel>/v1`. A fine-tuning job IS a Keel job (same row, same id): `supervised` -> `sft`,
+`dpo` -> `dpo`, `reinforcement` -> `ppo` with the critic-free `grpo` estimator and the grader as the
+rule reward. The OpenAI request, with its `auto` values resolved, is kept in the row's `spec.openai`.
+
+The training file (`purpose=fine-tune`, OpenAI's JSON Lines) is converted to Keel's layout
+(core/finetune_files.py) into a derived file of the Keel purpose, deduplicated by content, which is the
+Keel job's `training_file`. Errors carry OpenAI's `error` object and are 400s (api/openai_errors.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+import re
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from pydantic import ValidationError
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from api.deps import CurrentCaller, CurrentProject, SessionDep
+from api.errors import ApiError, not_found, problem_responses
+from api.routes import jobs as keel_jobs
+from api.routes.jobs import OwnedJob
+from api.schemas.fine_tuning import (
+    DpoSpec,
+    FineTuneMethod,
+    FineTuningCheckpoints,
+    FineTuningJob,
+    FineTuningJobCreate,
+    FineTuningJobEvents,
+    FineTuningJobs,
+    GraderRun,
+    GraderValidate,
+    SupervisedSpec,
+)
+from api.schemas.jobs import JobCreate
+from core import events
+from core import finetune_files as ft
+from core.capacity import admission, fresh_nodes, job_demand
+from core.config import settings
+from core.datasets import DatasetError, inspect_dataset
+from core.ids import new_id
+from core.models import Checkpoint, File, Job, JobEvent
+from core.storage import get_storage
+
+router = APIRouter(prefix="/v1/fine_tuning", tags=["fine_tuning"])
+
+_KIND = {"supervised": "chat", "dpo": "preference", "reinforcement": "reinforcement"}
+"""The file layout each OpenAI method trains on."""
+_KEEL_METHOD = {"supervised": "sft", "dpo": "dpo", "reinforcement": "ppo"}
+BASE_LR = {"supervised": 1e-5, "dpo": 1e-6, "reinforcement": 1e-6}
+"""`learning_rate_multiplier` multiplies these (Keel's default learning rates of the methods)."""
+DEFAULT_EPOCHS = {"supervised": 3, "dpo": 3, "reinforcement": 1}
+DEFAULT_BATCH = 8
+DEFAULT_BETA = 0.1
+_STATUS = {"queued": "queued", "running": "running", "succeeded": "succeeded", "failed": "failed",
+           "cancelling": "running", "cancelled": "cancelled", "paused": "paused", "pausing": "running"}
+_MAX_GRADER_CHARS = 4096
+_UNION_MEMBER = re.compile(r"int|float|str|bool|constrained-\w+|literal\[.*\]|function-.*")
+"""Location parts pydantic adds for the members of a union (`n_epochs.int`): not fields."""
+
+
+def _bad(param: str, message: str, code: str = "invalid_request") -> ApiError:
+    return ApiError(400, code, f"{param}: {message}", param=param)
+
+
+# -- graders, run by the engine's pure-Python implementation in a child process ----------------------
+
+def grader_process(request: dict[str, Any]) -> dict[str, Any]:
+    """`python -m engine.graders`: the API never imports the engine (tests/test_architecture.py), and a
+    grader runs outside the API's process."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        out = subprocess.run([sys.executable, "-m", "engine.graders"], input=json.dumps(request), text=True,
+                             capture_output=True, cwd=root, timeout=60, check=True, env={"PATH": "/usr/bin:/bin"})
+    except subprocess.TimeoutExpired as e:
+        raise ApiError(400, "grader_timeout", "grader: evaluation took longer than 60 s.", param="grader") from e
+    except subprocess.CalledProcessError as e:
+        raise ApiError(500, "internal_error", "The grader process failed.") from e
+    return json.loads(out.stdout)
+
+
+def _check_grader(grader: dict[str, Any], prefix: str) -> dict[str, Any]:
+    result = grader_process({"op": "validate", "grader": grader})
+    if "error" in result:
+        param = result["error"]["param"].replace("grader", prefix, 1)
+        raise ApiError(400, "invalid_grader", f"{param}: {result['error']['message']}", param=param)
+    return result
+
+
+# -- files: OpenAI layouts -> Keel's ----------------------------------------------------------------
+
+def _derived_file(db: Session, project_id: str, file_id: str, method: str, param: str) -> tuple[File, File]:
+    """(the given file, the Keel-format file the job trains on)."""
+    source = db.get(File, file_id)
+    if source is None or source.project_id != project_id or source.deleted_at is not None:
+        raise not_found("file", file_id, param=param)
+    want_keel = ft.KEEL_PURPOSE[_KIND[method]]
+    if source.purpose == want_keel:  # already in Keel's layout
+        return source, source
+    if source.purpose != ft.FINE_TUNE:
+        raise _bad(param, f"{file_id} has purpose {source.purpose!r}; upload it with purpose 'fine-tune'.",
+                   "invalid_file_purpose")
+    storage = get_storage()
+    try:
+        with storage.open(source.storage_key) as f:
+            kind, data = ft.convert(f)
+    except ft.FormatError as e:
+        raise _bad(param, f"{file_id}: {e.detail}", "invalid_file_format") from e
+    if kind != _KIND[method]:
+        raise _bad(param, f"{file_id} holds {kind} rows; a {method} job needs {_KIND[method]} rows "
+                   "(docs/openai.md).", "invalid_file_format")
+    sha = hashlib.sha256(data).hexdigest()
+    existing = db.scalar(select(File).where(File.project_id == project_id, File.purpose == want_keel,
+                                            File.sha256 == sha, File.deleted_at.is_(None)))
+    if existing is not None:
+        return source, existing
+    derived_id = new_id("file")
+    key = f"files/{project_id}/{derived_id}"
+    with storage.writer(key) as out:
+        out.write(data)
+    try:
+        with storage.open(key) as f:
+            info = inspect_dataset(f, want_keel)
+    except DatasetError as e:
+        storage.delete(key)
+        raise _bad(param, f"{file_id}: {e.detail}", "invalid_file_format") from e
+    row = File(id=derived_id, project_id=project_id, purpose=want_keel, filename=f"{source.filename}.keel.jsonl"[:255],
+               bytes=len(data), sha256=sha, format="jsonl", rows=info.rows, columns=info.columns, stats=info.stats,
+               status="processed", storage_key=key, meta={"converted_from": source.id})
+    db.add(row)
+    db.flush()
+    return source, row
+
+
+# -- OpenAI method -> Keel method --------------------------------------------------------------------
+
+def _auto(value: Any, default: Any) -> Any:
+    return default if value == "auto" else value
+
+
+def _lengths(db: Session, model: str, method: str) -> dict[str, Any]:
+    """Data lengths from the model's context window (Keel's defaults when it is unknown)."""
+    window = keel_jobs._context_window(db, model)
+    if window is None:
+        return {}
+    if method == "dpo":
+        return {"max_length": min(window, 3072), "truncation": "left"}
+    prompt = min(1024, window // 2)
+    response = min(2048 if method == "supervised" else 512, window - prompt)
+    return {"max_prompt_length": prompt, "max_response_length": response, "truncation": "left"}
+
+
+def _keel_method(db: Session, body: FineTuningJobCreate, source: File, training: File
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(Keel method, OpenAI method with the resolved hyperparameters)."""
+    method = body.method
+    kind = method.type
+    spec = getattr(method, kind)
+    if spec is None:
+        if kind == "reinforcement":
+            raise _bad("method.reinforcement", "required for a reinforcement job (it holds the grader)")
+        spec = SupervisedSpec() if kind == "supervised" else DpoSpec()
+        if kind == "supervised" and body.hyperparameters is not None:
+            spec.hyperparameters = body.hyperparameters
+    hp = spec.hyperparameters
+    rows = max(1, training.rows or 1)
+    epochs = _auto(hp.n_epochs, DEFAULT_EPOCHS[kind])
+    batch = _auto(hp.batch_size, min(DEFAULT_BATCH, rows))
+    multiplier = _auto(hp.learning_rate_multiplier, 1.0)
+    lr = BASE_LR[kind] * multiplier
+    steps_per_epoch = max(1, math.ceil(rows / batch))
+    resolved: dict[str, Any] = {"n_epochs": epochs, "batch_size": batch, "learning_rate_multiplier": multiplier}
+    data = {"train_batch_size": batch, **_lengths(db, body.model, kind)}
+    trainer = {"total_epochs": epochs, "save_freq": steps_per_epoch, "test_freq": steps_per_epoch}
+    if kind == "supervised":
+        hyper = {"data": data, "optim": {"lr": lr}, "trainer": trainer}
+        keel: dict[str, Any] = {"type": "sft", "hyperparameters": hyper}
+    elif kind == "dpo":
+        beta = _auto(hp.beta, DEFAULT_BETA)
+        resolved["beta"] = beta
+        keel = {"type": "dpo", "hyperparameters": {"data": data, "optim": {"lr": lr}, "trainer": trainer,
+                                                   "beta": beta}}
+    else:
+        grader = spec.grader
+        _check_item_fields(_check_grader(grader, "method.reinforcement.grader"), source)
+        text = json.dumps(grader, separators=(",", ":"), sort_keys=True)
+        if len(text) > _MAX_GRADER_CHARS:
+            raise _bad("method.reinforcement.grader", f"at most {_MAX_GRADER_CHARS} characters as JSON")
+        compute = _auto(hp.compute_multiplier, 1.0)
+        group = max(2, round(4 * compute))
+        interval = _auto(hp.eval_interval, steps_per_epoch)
+        resolved.update(compute_multiplier=compute, eval_interval=interval,
+                        eval_samples=_auto(hp.eval_samples, 1), reasoning_effort=hp.reasoning_effort)
+        trainer["test_freq"] = interval
+        keel = {"type": "ppo", "reward": {"function": "grader", "options": {"grader": text}},
+                "hyperparameters": {
+                    "data": data, "algorithm": {"adv_estimator": "grpo"}, "rollout": {"n": group},
+                    "actor": {"ppo_mini_batch_size": batch, "ppo_epochs": 1, "optim": {"lr": lr}},
+                    "trainer": trainer}}
+    keel["overrides"] = list(method.keel_overrides)
+    public = {"type": kind, kind: {**({"grader": spec.grader} if kind == "reinforcement" else {}),
+                                   "hyperparameters": resolved}}
+    return keel, public
+
+
+def _check_item_fields(validated: dict[str, Any], source: File) -> None:
+    """Every `{{item.<field>}}` must be a field of every training row. The derived prompts file holds the
+    row as JSON; the reference fields present in every row are the uploaded file's `columns`."""
+    fields = set(source.columns or [])
+    for field, param in validated.get("item_fields", []):
+        if field not in fields:
+            param = param.replace("grader", "method.reinforcement.grader", 1)
+            raise ApiError(400, "invalid_grader", f"{param}: template field item.{field} is missing from the "
+                           f"training file's rows (they have: {', '.join(sorted(fields - {'messages'})) or 'none'}).",
+                           param=param)
+
+
+# -- the public shape ---------------------------------------------------------------------------------
+
+def _unix(value: datetime | None) -> int | None:
+    return None if value is None else int(value.timestamp())
+
+
+def fine_tuning_job(job: Job) -> FineTuningJob:
+    spec = job.spec or {}
+    oa = spec.get("openai") or {}
+    method = oa.get("method") or {"type": job.method, job.method: {"hyperparameters": {}}}
+    error = keel_jobs._error(job.error)
+    progress = keel_jobs._progress(job)
+    finish = None
+    if job.status == "running" and progress.get("seconds_remaining") is not None:
+        finish = int(datetime.now(UTC).timestamp()) + progress["seconds_remaining"]
+    return FineTuningJob(
+        id=job.id, created_at=_unix(job.created_at), finished_at=_unix(job.finished_at),
+        error={"code": error["code"], "message": error["message"], "param": error["param"]} if error else None,
+        fine_tuned_model=job.output_model_id,
+        hyperparameters=(method.get(method["type"]) or {}).get("hyperparameters", {}), method=method,
+        model=oa.get("model") or job.model, organization_id=job.project_id, result_files=job.result_files or [],
+        seed=job.seed, status=_STATUS.get(job.status, job.status), trained_tokens=oa.get("trained_tokens"),
+        training_file=oa.get("training_file") or job.training_file_id,
+        validation_file=oa.get("validation_file", job.validation_file_id), estimated_finish=finish,
+        integrations=oa.get("integrations"), metadata=job.meta or None, suffix=spec.get("suffix"), keel_job=job.id)
+
+
+# -- routes --------------------------------------------------------------------------------------------
+
+@router.post("/jobs", summary="Create a fine-tuning job", response_model=FineTuningJob,
+             responses=problem_responses(400, 401, 404, 429))
+def create_fine_tuning_job(raw: dict[str, Any], project: CurrentProject, caller: CurrentCaller, db: SessionDep):
+    """OpenAI's `fine_tuning.jobs.create`: the job is a Keel job of the mapped method."""
+    try:
+        body = FineTuningJobCreate.model_validate(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        param = ".".join(str(p) for p in first["loc"] if not _UNION_MEMBER.fullmatch(str(p))) or None
+        raise ApiError(400, "invalid_request", f"{param}: {first['msg']}", param=param) from None
+    if body.method is None:
+        body.method = FineTuneMethod(type="supervised")
+    kind = body.method.type
+    body.model = keel_jobs._model_ref(db, project.id, body.model, "model")
+    source, training = _derived_file(db, project.id, body.training_file, kind, "training_file")
+    validation = (_derived_file(db, project.id, body.validation_file, kind, "validation_file")[1]
+                  if body.validation_file else None)
+    keel_method, public_method = _keel_method(db, body, source, training)
+    try:
+        keel_body = JobCreate.model_validate({
+            "model": body.model, "training_file": training.id,
+            "validation_file": validation.id if validation else None, "method": keel_method,
+            "seed": body.seed if body.seed is not None else 0, "suffix": body.suffix,
+            "metadata": body.metadata or {}})
+    except ValidationError as e:
+        first = e.errors()[0]
+        param = "method.keel_overrides" if keel_method["overrides"] else "method"
+        raise ApiError(400, "invalid_request", f"{param}: {first['msg']} "
+                       f"({'.'.join(str(p) for p in first['loc'])})", param=param) from None
+    spec = keel_jobs._resolve(db, project.id, keel_body)
+    spec["openai"] = {"method": public_method, "model": raw.get("model"), "training_file": source.id,
+                      "validation_file": body.validation_file,
+                      "integrations": [i.model_dump(exclude_none=True) for i in body.integrations or []] or None}
+    verdict = admission(job_demand(spec), fresh_nodes(db), max_cpus=settings.MAX_JOB_CPUS,
+                        max_gpus=settings.MAX_JOB_GPUS)
+    if verdict.status == "refuse":
+        raise ApiError(400, verdict.code, f"{verdict.param}: {verdict.message}.", param=verdict.param)
+    waiting = verdict.status == "wait"
+    job = Job(project_id=project.id, status="queued", method=keel_body.method.type, spec=spec, model=keel_body.model,
+              training_file_id=training.id, validation_file_id=validation.id if validation else None,
+              seed=keel_body.seed, meta=keel_body.metadata, queue_reason=verdict.code if waiting else None,
+              created_by=caller.key_id)
+    db.add(job)
+    db.commit()
+    if not waiting:
+        keel_jobs._best_effort("enqueue_job", job.id)
+    return fine_tuning_job(job)
+
+
+@router.get("/jobs", summary="List fine-tuning jobs", response_model=FineTuningJobs,
+            responses=problem_responses(400, 401, 429))
+def list_fine_tuning_jobs(request: Request, project: CurrentProject, db: SessionDep,
+                          after: Annotated[str | None, Query(max_length=64)] = None,
+                          limit: Annotated[int, Query(ge=1, le=100)] = 20):
+    """Newest first (Keel's jobs too: it is one list); `metadata[k]=v` keeps the jobs whose metadata
+    has every such pair."""
+    wanted = {}
+    for key, value in request.query_params.multi_items():
+        if key.startswith("metadata[") and key.endswith("]"):
+            wanted[key[len("metadata["):-1]] = value
+    stmt = select(Job).where(Job.project_id == project.id)
+    if after:
+        stmt = stmt.where(Job.id < after)
+    stmt = stmt.order_by(Job.id.desc())
+    out: list[Job] = []
+    for job in db.scalars(stmt.limit(1000 if wanted else limit + 1)):  # metadata is JSON: filtered here
+        if all((job.meta or {}).get(k) == v for k, v in wanted.items()):
+            out.append(job)
+        if len(out) > limit:
+            break
+    return {"data": [fine_tuning_job(j) for j in out[:limit]], "has_more": len(out) > limit}
+
+
+@router.get("/jobs/{job_id}", summary="Retrieve a fine-tuning job", response_model=FineTuningJob,
+            responses=problem_responses(401, 404, 429))
+def retrieve_fine_tuning_job(job: OwnedJob, db: SessionDep):
+    """One job; a finished job gets its result file (CSV of step metrics) on first retrieval."""
+    _ensure_results(db, job)
+    return fine_tuning_job(job)
+
+
+@router.post("/jobs/{job_id}/cancel", summary="Cancel a fine-tuning job", response_model=FineTuningJob,
+             responses=problem_responses(400, 401, 404, 429))
+def cancel_fine_tuning_job(job: OwnedJob, project: CurrentProject, db: SessionDep):
+    """Keel's cancel; a finished job is a 400 (OpenAI's answer) instead of a 409."""
+    appended = []
+    if db.execute(update(Job).where(Job.id == job.id, Job.status.in_(("queued", "paused")))
+                  .values(status="cancelled", finished_at=datetime.now(UTC))).rowcount:
+        appended.append(events.append_event(db, job.id, "job.status", {"status": "cancelled"}, commit=False))
+        appended.append(events.append_event(db, job.id, "job.done", {"status": "cancelled"}, commit=False))
+    elif db.execute(update(Job).where(Job.id == job.id, Job.status == "running")
+                    .values(status="cancelling")).rowcount:
+        appended.append(events.append_event(db, job.id, "job.status", {"status": "cancelling"}, commit=False))
+    db.commit()
+    db.refresh(job)
+    if not appended and job.status in ("succeeded", "failed", "cancelled"):
+        raise ApiError(400, "job_terminal", f"job_id: job {job.id} already {job.status}; it cannot be cancelled.",
+                       param="job_id")
+    for event in appended:
+        events.publish(event)
+    if appended and job.status == "cancelling":
+        keel_jobs._best_effort("request_cancel", job.id)
+    return fine_tuning_job(job)
+
+
+# -- events, checkpoints, results -------------------------------------------------------------------
+
+_METRIC_NAMES = {"train/loss": "train_loss", "val/loss": "valid_loss", "train/token_accuracy": "train_mean_token_accuracy",
+                 "val/token_accuracy": "valid_mean_token_accuracy", "critic/score/mean": "train_mean_reward",
+                 "val/reward/mean": "valid_mean_reward", "dpo/accuracy": "train_accuracy"}
+
+
+def _metrics(values: dict[str, Any]) -> dict[str, float]:
+    return {short: float(values[name]) for name, short in _METRIC_NAMES.items()
+            if isinstance(values.get(name), int | float) and math.isfinite(values[name])}
+
+
+def _event_public(job_id: str, e: JobEvent) -> dict[str, Any]:
+    d = e.data or {}
+    level, kind, data = "info", "message", None
+    if e.type == "job.metrics":
+        kind = "metrics"
+        data = {"step": d.get("step"), "total_steps": d.get("total_steps"), **_metrics(d.get("values") or {}),
+                "values": d.get("values") or {}}
+        message = f"Step {d.get('step')}/{d.get('total_steps')}: " + ", ".join(
+            f"{k}={v:.4g}" for k, v in _metrics(d.get("values") or {}).items())
+    elif e.type == "job.status":
+        message = f"Job status: {d.get('status')}"
+    elif e.type == "job.checkpoint":
+        message = f"Checkpoint created at step {d.get('step')}"
+    elif e.type in ("job.error", "job.warning"):
+        level = "error" if e.type == "job.error" else "warn"
+        message = str(d.get("message") or d.get("code"))
+    elif e.type == "job.done":
+        message = {"succeeded": "The job has successfully completed"}.get(d.get("status"), f"Job {d.get('status')}")
+    else:
+        message = str(d.get("message") or e.type)
+    return {"id": f"ftevent-{job_id}-{e.seq}", "created_at": _unix(e.created_at), "level": level,
+            "message": message, "type": kind, "data": data}
+
+
+@router.get("/jobs/{job_id}/events", summary="List fine-tuning events", response_model=FineTuningJobEvents,
+            responses=problem_responses(401, 404, 429))
+def list_fine_tuning_events(job: OwnedJob, db: SessionDep, after: Annotated[str | None, Query(max_length=120)] = None,
+                            limit: Annotated[int, Query(ge=1, le=1000)] = 20):
+    """The job's events, newest first; `after` is the id of the last event of the previous page."""
+    stmt = select(JobEvent).where(JobEvent.job_id == job.id)
+    if after:
+        seq = after.rsplit("-", 1)[-1]
+        if not seq.isdigit():
+            raise _bad("after", "not an event id of this job")
+        stmt = stmt.where(JobEvent.seq < int(seq))
+    rows = list(db.scalars(stmt.order_by(JobEvent.seq.desc()).limit(limit + 1)))
+    return {"data": [_event_public(job.id, e) for e in rows[:limit]], "has_more": len(rows) > limit}
+
+
+@router.get("/jobs/{job_id}/checkpoints", summary="List fine-tuning checkpoints",
+            response_model=FineTuningCheckpoints, responses=problem_responses(401, 404, 429))
+def list_fine_tuning_checkpoints(job: OwnedJob, db: SessionDep,
+                                 after: Annotated[str | None, Query(max_length=64)] = None,
+                                 limit: Annotated[int, Query(ge=1, le=100)] = 10):
+    """The job's checkpoints, newest first. `fine_tuned_model_checkpoint` is the Keel checkpoint id
+    (`from_checkpoint` of a Keel job)."""
+    stmt = select(Checkpoint).where(Checkpoint.job_id == job.id)
+    if after:
+        stmt = stmt.where(Checkpoint.id < after)
+    rows = list(db.scalars(stmt.order_by(Checkpoint.id.desc()).limit(limit + 1)))
+    data = [{"id": c.id, "created_at": _unix(c.created_at), "fine_tuned_model_checkpoint": c.id,
+             "fine_tuning_job_id": job.id, "step_number": c.step,
+             "metrics": {"step": float(c.step), "train_loss": None, "train_mean_token_accuracy": None,
+                         "valid_loss": None, "valid_mean_token_accuracy": None, "full_valid_loss": None,
+                         "full_valid_mean_token_accuracy": None, **_metrics(c.metrics or {})}}
+            for c in rows[:limit]]
+    return {"data": data, "has_more": len(rows) > limit, "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None}
+
+
+def _ensure_results(db: Session, job: Job) -> None:
+    """A finished job's step metrics as OpenAI's result CSV, stored once as a `fine-tune-results` file."""
+    spec = job.spec or {}
+    oa = spec.get("openai")
+    if oa is None or job.status not in ("succeeded", "failed", "cancelled") or oa.get("result_file"):
+        return
+    rows: dict[int, dict[str, Any]] = {}
+    tokens = 0
+    for e in db.scalars(select(JobEvent).where(JobEvent.job_id == job.id, JobEvent.type == "job.metrics")
+                        .order_by(JobEvent.seq)):
+        values = (e.data or {}).get("values") or {}
+        step = (e.data or {}).get("step")
+        if not isinstance(step, int):
+            continue
+        m = _metrics(values)
+        rows.setdefault(step, {}).update(m)
+        t = values.get("train/response_tokens")
+        tokens += int(t) if isinstance(t, int | float) and math.isfinite(t) else 0
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    columns = ("train_loss", "train_accuracy", "valid_loss", "valid_mean_token_accuracy")
+    writer.writerow(("step", *columns))
+    for step in sorted(rows):
+        r = rows[step]
+        r.setdefault("train_accuracy", r.get("train_mean_token_accuracy"))
+        writer.writerow((step, *("" if r.get(c) is None else f"{r[c]:.6g}" for c in columns)))
+    data = out.getvalue().encode()
+    file_id = new_id("file")
+    key = f"files/{job.project_id}/{file_id}"
+    storage = get_storage()
+    with storage.writer(key) as f:
+        f.write(data)
+    db.add(File(id=file_id, project_id=job.project_id, purpose="fine-tune-results", filename=f"{job.id}-results.csv",
+                bytes=len(data), sha256=hashlib.sha256(data).hexdigest(), format="csv", rows=len(rows),
+                columns=["step", *columns], stats={}, status="processed", storage_key=key, meta={"job": job.id}))
+    job.result_files = [*(job.result_files or []), file_id]
+    job.spec = {**spec, "openai": {**oa, "result_file": file_id, "trained_tokens": tokens or None}}
+    db.commit()
+
+
+# -- graders --------------------------------------------------------------------------------------------
+
+@router.post("/alpha/graders/run", summary="Run a grader", responses=problem_responses(400, 401, 429))
+def run_grader(body: GraderRun, project: CurrentProject) -> dict[str, Any]:
+    """OpenAI's `fine_tuning.alpha.graders.run`: the grader's reward of `model_sample` for `item`."""
+    item = dict(body.item or {})
+    if body.reference_answer is not None:
+        item.setdefault("reference_answer", body.reference_answer)
+    result = grader_process({"op": "run", "grader": body.grader, "model_sample": body.model_sample, "item": item})
+    if "error" in result:
+        raise ApiError(400, "invalid_grader", f"{result['error']['param']}: {result['error']['message']}",
+                       param=result["error"]["param"])
+    return result
+
+
+@router.post("/alpha/graders/validate", summary="Validate a grader", responses=problem_responses(400, 401, 429))
+def validate_grader(body: GraderValidate, project: CurrentProject) -> dict[str, Any]:
+    """OpenAI's `fine_tuning.alpha.graders.validate`: the grader back when it is valid, else a 400."""
+    result = grader_process({"op": "validate", "grader": body.grader})
+    if "error" in result:
+        raise ApiError(400, "invalid_grader", f"{result['error']['param']}: {result['error']['message']}",
+                       param=result["error"]["param"])
+    return {"grader": result["grader"]}

@@ -1,0 +1,9 @@
+from enum import StrEnum
+
+
+class ActorConfigStrategy(StrEnum):
+    DDP = "ddp"
+    FSDP2 = "fsdp2"
+
+    def __str__(self) -> str:
+        return str(self.value)

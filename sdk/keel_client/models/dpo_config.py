@@ -1,0 +1,199 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from attrs import define as _attrs_define
+
+from ..models.dpo_config_loss_type import DPOConfigLossType
+from ..types import UNSET, Unset
+
+if TYPE_CHECKING:
+    from ..models.data_config import DataConfig
+    from ..models.dpo_optim_config import DPOOptimConfig
+    from ..models.model_config import ModelConfig
+    from ..models.step_guardrail_config import StepGuardrailConfig
+    from ..models.trainer_config import TrainerConfig
+
+
+T = TypeVar("T", bound="DPOConfig")
+
+
+@_attrs_define
+class DPOConfig:
+    """Offline preference optimisation of a policy on preference pairs (TRL's names): DPO, cDPO, IPO.
+
+    The reference is the model at `model` (with LoRA: the same base, adapter off); its log-probs are
+    computed once before training and cached beside the checkpoints.
+
+        Attributes:
+            beta (float | Unset): KL coefficient: how far the policy may move from the reference (larger: nearer). Default:
+                0.1.
+            data (DataConfig | Unset): Batching and lengths (VERL: `data`).
+            guardrails (StepGuardrailConfig | Unset): The step watchdog of SFT, reward-model training and distillation (PPO:
+                `GuardrailConfig`).
+            label_smoothing (float | Unset): Conservative DPO (`sigmoid` only): the assumed probability that a pair's label
+                is flipped, in [0, 0.5). Default: 0.0.
+            loss_type (DPOConfigLossType | Unset): `sigmoid`: DPO (Rafailov et al. 2023) on response log-prob sums; `ipo`:
+                IPO (Azar et al.
+                2023), ((log-ratio chosen - log-ratio rejected) - 1/(2 beta))^2 on per-token mean log-probs. Default:
+                DPOConfigLossType.SIGMOID.
+            max_token_len_per_gpu (int | Unset):  Default: 3072.
+            micro_batch_size_per_gpu (int | Unset):  Default: 2.
+            model (ModelConfig | Unset): How the trained model is loaded (VERL: `actor_rollout_ref.model`).
+            optim (DPOOptimConfig | Unset): `OptimConfig` for DPO (a policy learning rate, as TRL's default).
+            trainer (TrainerConfig | Unset): Loop length and cadence (VERL: `trainer`).
+            use_dynamic_bsz (bool | Unset):  Default: True.
+    """
+
+    beta: float | Unset = 0.1
+    data: DataConfig | Unset = UNSET
+    guardrails: StepGuardrailConfig | Unset = UNSET
+    label_smoothing: float | Unset = 0.0
+    loss_type: DPOConfigLossType | Unset = DPOConfigLossType.SIGMOID
+    max_token_len_per_gpu: int | Unset = 3072
+    micro_batch_size_per_gpu: int | Unset = 2
+    model: ModelConfig | Unset = UNSET
+    optim: DPOOptimConfig | Unset = UNSET
+    trainer: TrainerConfig | Unset = UNSET
+    use_dynamic_bsz: bool | Unset = True
+
+    def to_dict(self) -> dict[str, Any]:
+        beta = self.beta
+
+        data: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.data, Unset):
+            data = self.data.to_dict()
+
+        guardrails: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.guardrails, Unset):
+            guardrails = self.guardrails.to_dict()
+
+        label_smoothing = self.label_smoothing
+
+        loss_type: str | Unset = UNSET
+        if not isinstance(self.loss_type, Unset):
+            loss_type = self.loss_type.value
+
+        max_token_len_per_gpu = self.max_token_len_per_gpu
+
+        micro_batch_size_per_gpu = self.micro_batch_size_per_gpu
+
+        model: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.model, Unset):
+            model = self.model.to_dict()
+
+        optim: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.optim, Unset):
+            optim = self.optim.to_dict()
+
+        trainer: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.trainer, Unset):
+            trainer = self.trainer.to_dict()
+
+        use_dynamic_bsz = self.use_dynamic_bsz
+
+        field_dict: dict[str, Any] = {}
+
+        field_dict.update({})
+        if beta is not UNSET:
+            field_dict["beta"] = beta
+        if data is not UNSET:
+            field_dict["data"] = data
+        if guardrails is not UNSET:
+            field_dict["guardrails"] = guardrails
+        if label_smoothing is not UNSET:
+            field_dict["label_smoothing"] = label_smoothing
+        if loss_type is not UNSET:
+            field_dict["loss_type"] = loss_type
+        if max_token_len_per_gpu is not UNSET:
+            field_dict["max_token_len_per_gpu"] = max_token_len_per_gpu
+        if micro_batch_size_per_gpu is not UNSET:
+            field_dict["micro_batch_size_per_gpu"] = micro_batch_size_per_gpu
+        if model is not UNSET:
+            field_dict["model"] = model
+        if optim is not UNSET:
+            field_dict["optim"] = optim
+        if trainer is not UNSET:
+            field_dict["trainer"] = trainer
+        if use_dynamic_bsz is not UNSET:
+            field_dict["use_dynamic_bsz"] = use_dynamic_bsz
+
+        return field_dict
+
+    @classmethod
+    def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.data_config import DataConfig  # noqa: PLC0415
+        from ..models.dpo_optim_config import DPOOptimConfig  # noqa: PLC0415
+        from ..models.model_config import ModelConfig  # noqa: PLC0415
+        from ..models.step_guardrail_config import StepGuardrailConfig  # noqa: PLC0415
+        from ..models.trainer_config import TrainerConfig  # noqa: PLC0415
+
+        d = dict(src_dict)
+        beta = d.pop("beta", UNSET)
+
+        _data = d.pop("data", UNSET)
+        data: DataConfig | Unset
+        if isinstance(_data, Unset):
+            data = UNSET
+        else:
+            data = DataConfig.from_dict(_data)
+
+        _guardrails = d.pop("guardrails", UNSET)
+        guardrails: StepGuardrailConfig | Unset
+        if isinstance(_guardrails, Unset):
+            guardrails = UNSET
+        else:
+            guardrails = StepGuardrailConfig.from_dict(_guardrails)
+
+        label_smoothing = d.pop("label_smoothing", UNSET)
+
+        _loss_type = d.pop("loss_type", UNSET)
+        loss_type: DPOConfigLossType | Unset
+        if isinstance(_loss_type, Unset):
+            loss_type = UNSET
+        else:
+            loss_type = DPOConfigLossType(_loss_type)
+
+        max_token_len_per_gpu = d.pop("max_token_len_per_gpu", UNSET)
+
+        micro_batch_size_per_gpu = d.pop("micro_batch_size_per_gpu", UNSET)
+
+        _model = d.pop("model", UNSET)
+        model: ModelConfig | Unset
+        if isinstance(_model, Unset):
+            model = UNSET
+        else:
+            model = ModelConfig.from_dict(_model)
+
+        _optim = d.pop("optim", UNSET)
+        optim: DPOOptimConfig | Unset
+        if isinstance(_optim, Unset):
+            optim = UNSET
+        else:
+            optim = DPOOptimConfig.from_dict(_optim)
+
+        _trainer = d.pop("trainer", UNSET)
+        trainer: TrainerConfig | Unset
+        if isinstance(_trainer, Unset):
+            trainer = UNSET
+        else:
+            trainer = TrainerConfig.from_dict(_trainer)
+
+        use_dynamic_bsz = d.pop("use_dynamic_bsz", UNSET)
+
+        dpo_config = cls(
+            beta=beta,
+            data=data,
+            guardrails=guardrails,
+            label_smoothing=label_smoothing,
+            loss_type=loss_type,
+            max_token_len_per_gpu=max_token_len_per_gpu,
+            micro_batch_size_per_gpu=micro_batch_size_per_gpu,
+            model=model,
+            optim=optim,
+            trainer=trainer,
+            use_dynamic_bsz=use_dynamic_bsz,
+        )
+
+        return dpo_config

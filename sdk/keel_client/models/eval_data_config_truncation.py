@@ -1,0 +1,10 @@
+from enum import StrEnum
+
+
+class EvalDataConfigTruncation(StrEnum):
+    ERROR = "error"
+    LEFT = "left"
+    RIGHT = "right"
+
+    def __str__(self) -> str:
+        return str(self.value)

@@ -1,0 +1,12 @@
+from enum import StrEnum
+
+
+class WebhookPublicEventTypesItem(StrEnum):
+    JOB_CANCELLED = "job.cancelled"
+    JOB_CHECKPOINT = "job.checkpoint"
+    JOB_FAILED = "job.failed"
+    JOB_SUCCEEDED = "job.succeeded"
+    JOB_WARNING = "job.warning"
+
+    def __str__(self) -> str:
+        return str(self.value)

@@ -1,0 +1,131 @@
+"""The official `openai` client driving real training on a live Keel (API + Celery worker + Ray) with
+the demo model: supervised -> events, checkpoints, results CSV -> DPO on the fine-tuned model;
+reinforcement with a `multi` grader raises its reward; cancel."""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import jsonl
+
+pytestmark = pytest.mark.slow
+
+
+def _wait(oai, job_id: str, statuses=("succeeded", "failed", "cancelled"), timeout: float = 600.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = oai.fine_tuning.jobs.retrieve(job_id)
+        if job.status in statuses:
+            return job
+        time.sleep(0.5)
+    raise AssertionError(f"{job_id} still {job.status}")
+
+
+def _rows(path: str, n: int) -> list[dict]:
+    return pq.read_table(path).to_pylist()[:n]
+
+
+def test_supervised_then_dpo_on_the_fine_tuned_model(oai, tmp_path, demo_assets, celery_worker):
+    chat = [{"messages": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["response"]}]}
+            for r in _rows(demo_assets["sft_train"], 64)]
+    train = oai.files.create(file=jsonl(tmp_path, "train.jsonl", chat).open("rb"), purpose="fine-tune")
+    val = oai.files.create(file=jsonl(tmp_path, "val.jsonl", chat[:16]).open("rb"), purpose="fine-tune")
+    job = oai.fine_tuning.jobs.create(
+        model=demo_assets["model"], training_file=train.id, validation_file=val.id, suffix="arith", seed=3,
+        metadata={"suite": "openai"},
+        method={"type": "supervised", "supervised": {"hyperparameters": {
+            "n_epochs": 2, "batch_size": 16, "learning_rate_multiplier": 300}}})
+    assert job.object == "fine_tuning.job" and job.status == "queued"
+    assert job.method.supervised.hyperparameters.n_epochs == 2
+    assert job.training_file == train.id and job.seed == 3
+    done = _wait(oai, job.id)
+    assert done.status == "succeeded", done.error
+    assert done.fine_tuned_model and done.finished_at >= done.created_at
+    assert done.trained_tokens and done.trained_tokens > 0
+
+    events = oai.fine_tuning.jobs.list_events(job.id, limit=100).data
+    metrics = [e for e in events if e.type == "metrics"]
+    assert len(metrics) == 8 and all(e.object == "fine_tuning.job.event" for e in events)
+    losses = [e.data["train_loss"] for e in reversed(metrics)]
+    assert losses[-1] < losses[0]
+    assert events[0].level == "info" and "completed" in events[0].message  # newest first: job.done
+
+    checkpoints = oai.fine_tuning.jobs.checkpoints.list(job.id).data
+    assert [c.step_number for c in checkpoints] == [8, 4]
+    assert checkpoints[0].object == "fine_tuning.job.checkpoint" and checkpoints[0].fine_tuning_job_id == job.id
+    assert checkpoints[0].metrics.train_loss is not None
+
+    assert len(done.result_files) == 1
+    table = list(csv.DictReader(io.StringIO(oai.files.content(done.result_files[0]).text)))
+    assert [int(r["step"]) for r in table] == list(range(1, 9))
+    assert list(table[0]) == ["step", "train_loss", "train_accuracy", "valid_loss", "valid_mean_token_accuracy"]
+    assert table[-1]["valid_loss"]
+
+    assert done.fine_tuned_model in {m.id for m in oai.models.list().data}
+    listed = oai.fine_tuning.jobs.list(metadata={"suite": "openai"}).data
+    assert [j.id for j in listed] == [job.id]
+    assert oai.fine_tuning.jobs.list(metadata={"suite": "other"}).data == []
+
+    # The same row in Keel's own API.
+    keel = oai.get(f"/jobs/{job.id}", cast_to=object)
+    assert keel["method"]["type"] == "sft" and keel["output_model"] == done.fine_tuned_model
+
+    pairs = [{"input": {"messages": [{"role": "user", "content": r["prompt"]}]},
+              "preferred_output": [{"role": "assistant", "content": r["chosen"]}],
+              "non_preferred_output": [{"role": "assistant", "content": r["rejected"]}]}
+             for r in _rows(demo_assets["preference_train"], 32)]
+    prefs = oai.files.create(file=jsonl(tmp_path, "dpo.jsonl", pairs).open("rb"), purpose="fine-tune")
+    dpo = oai.fine_tuning.jobs.create(model=done.fine_tuned_model, training_file=prefs.id, method={
+        "type": "dpo", "dpo": {"hyperparameters": {"beta": 0.2, "n_epochs": 1, "batch_size": 8}}})
+    assert dpo.method.dpo.hyperparameters.beta == 0.2
+    dpo_done = _wait(oai, dpo.id)
+    assert dpo_done.status == "succeeded", dpo_done.error
+    assert oai.get(f"/jobs/{dpo.id}", cast_to=object)["method"]["hyperparameters"]["beta"] == 0.2
+
+
+def test_cancel_through_the_client(oai, tmp_path, demo_assets, celery_worker):
+    chat = [{"messages": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["response"]}]}
+            for r in _rows(demo_assets["sft_train"], 400)]
+    train = oai.files.create(file=jsonl(tmp_path, "big.jsonl", chat).open("rb"), purpose="fine-tune")
+    job = oai.fine_tuning.jobs.create(model=demo_assets["model"], training_file=train.id, method={
+        "type": "supervised", "supervised": {"hyperparameters": {"n_epochs": 50, "batch_size": 4}}})
+    _wait(oai, job.id, statuses=("running",), timeout=300)
+    cancelled = oai.fine_tuning.jobs.cancel(job.id)
+    assert cancelled.id == job.id
+    assert _wait(oai, job.id).status == "cancelled"
+
+
+def test_reinforcement_with_a_multi_grader_raises_its_reward(oai, tmp_path, demo_assets, celery_worker):
+    """GRPO groups on the random demo model, rewarded by a `multi` grader: the answer contained
+    (string_check `ilike`, rare at first) plus the response's fuzzy similarity to the question (a dense
+    signal a tiny random model can climb within a few steps at a high learning rate)."""
+    rows = [{"messages": [{"role": "user", "content": r["prompt"]}], "answer": r["ground_truth"]}
+            for r in _rows(demo_assets["prompts_train"], 128)]
+    train = oai.files.create(file=jsonl(tmp_path, "rft.jsonl", rows).open("rb"), purpose="fine-tune")
+    grader = {"type": "multi", "name": "answer", "calculate_output": "0.2 * contains + sim",
+              "graders": {
+                  "contains": {"type": "string_check", "name": "contains", "input": "{{sample.output_text}}",
+                               "reference": "{{item.answer}}", "operation": "ilike"},
+                  "sim": {"type": "text_similarity", "name": "sim", "input": "{{sample.output_text}}",
+                          "reference": "{{item.messages.0.content}}", "evaluation_metric": "fuzzy_match"}}}
+    job = oai.fine_tuning.jobs.create(model=demo_assets["model"], training_file=train.id, method={
+        "type": "reinforcement",
+        "reinforcement": {"grader": grader, "hyperparameters": {
+            "n_epochs": 1, "batch_size": 8, "learning_rate_multiplier": 5000, "compute_multiplier": 1}},
+        "keel_overrides": ["data.max_response_length=12", "actor.ppo_epochs=4",
+                           "algorithm.kl_ctrl.kl_coef=0.0", "guardrails.rollback_kl=100.0"]})
+    assert job.method.reinforcement.hyperparameters.compute_multiplier == 1
+    done = _wait(oai, job.id)
+    assert done.status == "succeeded", done.error
+    keel = oai.get(f"/jobs/{job.id}", cast_to=object)
+    assert keel["method"]["type"] == "ppo" and keel["method"]["reward"]["function"] == "grader"
+    assert keel["method"]["hyperparameters"]["algorithm"]["adv_estimator"] == "grpo"
+    assert keel["method"]["hyperparameters"]["rollout"]["n"] == 4
+    events = oai.fine_tuning.jobs.list_events(job.id, limit=100).data
+    rewards = [e.data["train_mean_reward"] for e in reversed(events) if e.type == "metrics"]
+    assert len(rewards) == 16
+    assert sum(rewards[-4:]) / 4 > sum(rewards[:4]) / 4 + 0.03, rewards
