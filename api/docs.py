@@ -46,10 +46,17 @@ def problem_json_errors(schema: dict[str, Any]) -> dict[str, Any]:
 
     That is what `api.errors` sends for every error, validation errors included, but FastAPI documents
     its own `HTTPValidationError` for 422s a route does not declare, and also lists a declared
-    Problem under the route's own media type (`application/json`, `text/event-stream`). Idempotent."""
-    for item in schema.get("paths", {}).values():
+    Problem under the route's own media type (`application/json`, `text/event-stream`). On the
+    OpenAI-compatible routes a validation error is a 400, as OpenAI answers it. Idempotent."""
+    from api.openai_errors import is_openai_path
+
+    for path, item in schema.get("paths", {}).items():
         for op in item.values():
-            for status, response in op.get("responses", {}).items():
+            responses = op.get("responses", {})
+            if is_openai_path(path) and "422" in responses:
+                moved = responses.pop("422")
+                responses.setdefault("400", {**moved, "description": "Bad Request"})
+            for status, response in responses.items():
                 if status[:1] in ("4", "5") or status == "default":
                     response["content"] = {PROBLEM_JSON: {"schema": {"$ref": _PROBLEM_REF}}}
                     if response.get("description") == "Validation Error":

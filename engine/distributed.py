@@ -12,11 +12,13 @@ process group), which is what tests and single-worker runs use.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import socket
 import sys
-from collections.abc import Iterable, Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -25,11 +27,17 @@ from engine.cluster import code_options, connect
 from engine.config import Resources
 from engine.errors import EngineError
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
 # Size of one flattened all-reduce: large enough to amortise the call, small enough not to double the
 # memory of a big model's gradients.
 _BUCKET_BYTES = 64 * 2**20
 _PLACEMENT_TIMEOUT_S = 300
 """How long to wait for the cluster to fit all workers before failing the job."""
+GROUP_STARTS = 3
+GROUP_RESTART_DELAY_S = 5.0
+"""Starts of a worker group whose workers die while starting, and the pause between them."""
 RAY_STRATEGIES = {"pack": "PACK", "spread": "SPREAD", "strict_spread": "STRICT_SPREAD"}
 """`resources.placement` -> Ray placement group strategy."""
 
@@ -175,11 +183,26 @@ def _remote(cls: type) -> Any:
     return ray.remote(cls)
 
 
+_PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "Socket Timeout")
+
+
+def is_collective_failure(exc: BaseException) -> bool:
+    """A collective that failed because a peer went away (its process or node died, or it hung):
+    torch's distributed errors, and gloo's transport errors, which torch raises as RuntimeError. What
+    the surviving workers see when a node is lost, often before Ray reports the dead one."""
+    if isinstance(exc, getattr(dist, "DistError", ())):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and "gloo" in text and any(s in text for s in _PEER_GONE)
+
+
 def _unwrap_ray_error(err: Exception) -> Exception:
     import ray
 
     if isinstance(err, ray.exceptions.RayTaskError):
         cause = getattr(err, "cause", None)
+        if isinstance(cause, Exception) and is_collective_failure(cause):
+            return WorkerLost(f"a training worker lost its peers: {cause}")
         if isinstance(cause, Exception):
             return cause
     if isinstance(err, ray.exceptions.RayActorError | ray.exceptions.WorkerCrashedError):
@@ -274,4 +297,19 @@ def make_group(cls: type, *args: Any, resources: Resources, ray_address: str | N
         if resources.num_workers != 1:
             raise ValueError("an in-process group has exactly one worker")
         return LocalGroup(cls, *args)
-    return WorkerGroup(cls, *args, resources=resources, ray_address=ray_address)
+    return start_group(lambda: WorkerGroup(cls, *args, resources=resources, ray_address=ray_address))
+
+
+def start_group(build: Callable[[], T]) -> T:
+    """`build()` a group of Ray workers; a group whose worker died while starting is built again,
+    up to `GROUP_STARTS` times: a node lost moments ago is still offered by Ray until its health
+    checks fail, and a job should not spend an attempt on that."""
+    for start in range(1, GROUP_STARTS + 1):
+        try:
+            return build()
+        except WorkerLost as err:
+            if start == GROUP_STARTS:
+                raise
+            log.warning("a worker died while its group started (%s); starting the group again", err)
+            time.sleep(GROUP_RESTART_DELAY_S)
+    raise AssertionError("unreachable")

@@ -57,6 +57,10 @@ POLL_S = 1.0
 """How often the caller checks for completion and for a stop request."""
 START_TIMEOUT_S = 600.0
 """A controller no node can host this long (e.g. GPUs asked of a CPU cluster) fails the job."""
+CONTROLLER_STARTS = 3
+"""Starts of a controller that dies before it is ready (its node was lost) within one attempt."""
+CONTROLLER_RESTART_DELAY_S = 5.0
+"""Pause before starting it again: time for Ray to mark a lost node dead."""
 ORPHAN_GRACE_S = 15.0
 """A controller told to stop that is still alive this long later has lost its caller: it exits."""
 
@@ -161,23 +165,45 @@ def run_job(request: JobRequest, reporter: Reporter) -> JobResult:
     """
     if request.resources.executor == "local":
         return run_local(request, reporter)
+    connect(request.ray_address)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    for start in range(1, CONTROLLER_STARTS + 1):
+        try:
+            return _run_controller(request, reporter, deadline)
+        except _NotStarted as err:
+            # Its node died under it before Ray noticed (a node lost moments ago is still offered):
+            # start it again, elsewhere, rather than spend one of the job's attempts.
+            if start == CONTROLLER_STARTS or time.monotonic() > deadline:
+                raise EngineError(f"the job controller died before it started, {start} times: {err}",
+                                  code="worker_lost") from None
+            log.warning("the controller of %s died before it started (%s); starting it again", request.job_id, err)
+            time.sleep(CONTROLLER_RESTART_DELAY_S)
+    raise AssertionError("unreachable")
+
+
+class _NotStarted(Exception):
+    """The controller actor died before its constructor finished."""
+
+
+def _run_controller(request: JobRequest, reporter: Reporter, deadline: float) -> JobResult:
     import ray
 
-    connect(request.ray_address)
     if kill_controller(request.job_id):
         log.warning("killed a leftover controller of job %s", request.job_id)
     actor = _controller_actor().options(**_actor_options(request)).remote()
     try:
         started = actor.__ray_ready__.remote()
         ref = actor.run.remote(request, reporter)
-        deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             ready, _ = ray.wait([ref], timeout=POLL_S)
             if ready:
+                if started is not None:
+                    _check_started(started)
                 return _result(ref, reporter)
             if reporter.should_stop():
                 raise Cancelled("job cancelled")
             if started is not None and ray.wait([started], timeout=0)[0]:
+                _check_started(started)  # ready, or dead before it was
                 started = None
             elif started is not None and time.monotonic() > deadline:
                 raise EngineError(f"no Ray node could host the job's controller "
@@ -199,6 +225,16 @@ def run_local(request: JobRequest, reporter: Reporter) -> JobResult:
                           param="resources.num_workers")
     # Under the watchdog too; a hung loop's thread then stays in this process until it exits.
     return run_watched(entry_point(request.method), request, reporter)
+
+
+def _check_started(started: Any) -> None:
+    """Raise `_NotStarted` when the controller died before it was ready."""
+    import ray
+
+    try:
+        ray.get(started, timeout=10)
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as err:
+        raise _NotStarted(str(err).splitlines()[0]) from None
 
 
 def _result(ref: Any, reporter: Reporter) -> JobResult:

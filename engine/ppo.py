@@ -49,6 +49,7 @@ from engine.checkpoint import COMPLETE, CheckpointError, atomic_dir, step_dir
 from engine.cluster import connect
 from engine.config import JobRequest, JobResult, PPOConfig
 from engine.data import PromptExample, load_rows, tokenize_prompts
+from engine.distributed import start_group
 from engine.errors import Cancelled, ConfigError, DataError, Diverged, StepTimeout
 from engine.guardrails import ReplayBuffer, Verdict, judge_step, overfit_gap, reward_filter_mask
 from engine.models import load_tokenizer
@@ -173,7 +174,7 @@ class PPOTrainer:
             from engine.roles.local import LocalRoleCluster as Cluster
         else:
             from engine.roles.remote import RoleCluster as Cluster
-        self.roles = Cluster(specs, req.resources, startup_timeout_s=STARTUP_TIMEOUT_S)
+        self.roles = start_group(lambda: Cluster(specs, req.resources, startup_timeout_s=STARTUP_TIMEOUT_S))
         self.reporter.placement(self.roles.placement())
 
     # --- loop state ----------------------------------------------------------------------------

@@ -35,7 +35,7 @@ except ImportError:  # the in-process executor (engine.roles.local) needs only `
 
 from engine.cluster import code_options
 from engine.config import Resources
-from engine.distributed import WorkerLost, placement_strategy
+from engine.distributed import WorkerLost, is_collective_failure, placement_strategy
 from engine.errors import EngineError
 from engine.roles.actor import ActorRollout
 from engine.roles.critic import Critic
@@ -133,6 +133,8 @@ def unwrap_ray_error(err: BaseException) -> BaseException:
     """The exception a worker raised, or `WorkerLost` when the worker process died."""
     if isinstance(err, ray.exceptions.RayTaskError):
         cause = getattr(err, "cause", None)
+        if isinstance(cause, Exception) and is_collective_failure(cause):
+            return WorkerLost(f"a role worker lost its peers: {cause}")
         if isinstance(cause, BaseException):
             return cause
     if isinstance(err, ray.exceptions.RayActorError | ray.exceptions.WorkerCrashedError):

@@ -18,6 +18,16 @@ jobs_api = security_support.api_jobs()
 HP = "method.hyperparameters"
 
 
+@pytest.fixture(autouse=True)
+def field_checks_past_the_body_limit(monkeypatch):
+    """Megabyte-sized fields: with the default `KEEL_MAX_JSON_BODY_BYTES` (1 MiB) such bodies are a
+    413 before they are read (tests/api/test_limits.py); here the limit is raised so the per-field
+    checks behind it are what is tested."""
+    from core.config import settings
+
+    monkeypatch.setattr(settings, "MAX_JSON_BODY_BYTES", 64 * 2**20)
+
+
 @pytest.fixture
 def nothing_sent(monkeypatch):
     """Calls into workers.dispatch, [(name, job_id)]; any publish to the broker raises."""

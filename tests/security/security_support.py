@@ -163,6 +163,9 @@ def build_world(client, keel_home: Path, monkeypatch, prefix: str = "world") -> 
     ckpt_dir.mkdir(parents=True)
     (ckpt_dir / "COMPLETE").write_text("")
     (ckpt_dir / "model.safetensors").write_bytes(os.urandom(4096))
+    (ckpt_dir / "hf").mkdir()  # the Hugging Face export the download route serves
+    (ckpt_dir / "hf" / "config.json").write_text("{}")
+    (ckpt_dir / "hf" / "model.safetensors").write_bytes(os.urandom(4096))
     with session_scope() as db:
         ckpt = Checkpoint(job_id=job_id, project_id=project_id, step=1, path=str(ckpt_dir),
                           metrics={"val/loss": 0.5}, bytes=4096)

@@ -50,6 +50,11 @@ def _parse_response(
 
         return response_200
 
+    if response.status_code == 400:
+        response_400 = Problem.from_dict(response.json())
+
+        return response_400
+
     if response.status_code == 401:
         response_401 = Problem.from_dict(response.json())
 
@@ -59,11 +64,6 @@ def _parse_response(
         response_404 = Problem.from_dict(response.json())
 
         return response_404
-
-    if response.status_code == 422:
-        response_422 = Problem.from_dict(response.json())
-
-        return response_422
 
     if response.status_code == 429:
         response_429 = Problem.from_dict(response.json())
