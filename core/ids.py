@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lower case
@@ -17,8 +18,23 @@ def _b32(value: int, length: int) -> str:
     return "".join(reversed(out))
 
 
+_lock = threading.Lock()
+_last = (0, 0)
+
+
 def new_id(prefix: str) -> str:
-    """`prefix-` + 10 chars of milliseconds + 16 chars of randomness (a ULID in lower case)."""
-    millis = int(time.time() * 1000)
-    rand = int.from_bytes(os.urandom(10), "big")
+    """`prefix-` + 10 chars of milliseconds + 16 chars of randomness (a ULID in lower case).
+
+    Monotonic within this process, as the ULID spec allows: an id made in the same millisecond as
+    the previous one (or with the clock stepped back) takes the previous random part plus one, so
+    ids made one after another always sort in that order."""
+    global _last
+    with _lock:
+        millis = int(time.time() * 1000)
+        last_millis, last_rand = _last
+        if millis <= last_millis and last_rand + 1 < 1 << 80:
+            millis, rand = last_millis, last_rand + 1
+        else:
+            rand = int.from_bytes(os.urandom(10), "big")
+        _last = (millis, rand)
     return f"{prefix}-{_b32(millis, 10)}{_b32(rand, 16)}"

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from engine import data as data_lib
-from engine import models, packing
+from engine import models, packing, pair_scores
 from engine.algos.logits import log_probs_from_logits
 from engine.algos.preference import dpo_loss
 from engine.artifacts import content_digest, for_request, join
@@ -106,28 +106,8 @@ def reference_key(request: JobRequest) -> str:
 
 
 def read_reference_logps(path: str) -> tuple[str | None, dict[str, tuple[np.ndarray, np.ndarray]]]:
-    """(key, {split: (chosen sums, rejected sums)}) of a cache file."""
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(path)
-    key = (table.schema.metadata or {}).get(b"keel_reference_key", b"").decode() or None
-    cols = table.to_pydict()
-    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for split in ("train", "val"):
-        idx = sorted((i for i, s in enumerate(cols["split"]) if s == split), key=lambda i: cols["row"][i])
-        out[split] = (np.array([cols["chosen"][i] for i in idx], dtype=np.float64),
-                      np.array([cols["rejected"][i] for i in idx], dtype=np.float64))
-    return key, out
-
-
-def _write_reference_logps(path: str, columns: dict[str, list], key: str) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    table = pa.table({"split": pa.array(columns["split"], pa.string()), "row": pa.array(columns["row"], pa.int64()),
-                      "chosen": pa.array(columns["chosen"], pa.float64()),
-                      "rejected": pa.array(columns["rejected"], pa.float64())})
-    pq.write_table(table.replace_schema_metadata({b"keel_reference_key": key.encode()}), path)
+    """(key, {split: (chosen sums, rejected sums)}) of a cache file (`engine.pair_scores`)."""
+    return pair_scores.read(path)
 
 
 # --- the task -----------------------------------------------------------------------------------------
@@ -174,7 +154,7 @@ class DPOTask:
             columns["rejected"] += rejected
         del reference
         with store.writing_file(path) as local:  # readers see the old file or the whole new one
-            _write_reference_logps(local, columns, key)
+            pair_scores.write(local, columns, key)
         return f"computed the reference log-probs of {len(columns['row'])} pairs into {path}"
 
     @torch.no_grad()

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine import data as data_lib
-from engine import models, packing
+from engine import models, packing, pair_scores
 from engine.artifacts import content_digest, for_request, join
 from engine.config import JobRequest, JobResult, ModelConfig, RewardModelConfig, RMDistillConfig
 from engine.errors import ConfigError, DataError, GateFailed
@@ -211,22 +211,6 @@ def _teacher_fingerprint(request: JobRequest) -> str:
                        "dtype": request.config.model.dtype}, sort_keys=True)
 
 
-def _read_cache(path: str) -> tuple[str | None, dict[str, tuple[np.ndarray, np.ndarray]]]:
-    """(fingerprint, {split: (chosen, rejected)}) of a teacher score file."""
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(path)
-    fingerprint = (table.schema.metadata or {}).get(b"keel_fingerprint", b"").decode() or None
-    cols = table.to_pydict()
-    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for split in ("train", "val"):
-        idx = [i for i, s in enumerate(cols["split"]) if s == split]
-        idx.sort(key=lambda i: cols["row"][i])
-        out[split] = (np.array([cols["chosen"][i] for i in idx], dtype=np.float64),
-                      np.array([cols["rejected"][i] for i in idx], dtype=np.float64))
-    return fingerprint, out
-
-
 class DistillTask(_PairTask):
     """`engine.trainer.Task` for reward-model distillation (student learns the teacher's pairwise
     preference probabilities, from teacher scores computed once in `prepare`)."""
@@ -240,7 +224,7 @@ class DistillTask(_PairTask):
         store = for_request(self.request)
         path = teacher_scores_path(self.request)
         fingerprint = _teacher_fingerprint(self.request)
-        if store.exists(path) and _read_cache(store.stage(path))[0] == fingerprint:
+        if store.exists(path) and pair_scores.read(store.stage(path))[0] == fingerprint:
             return f"reusing the teacher scores in {path}"
         teacher_cfg = ModelConfig(dtype=self.cfg.model.dtype, use_remove_padding=self.cfg.model.use_remove_padding)
         teacher = models.load_reward_model(self.request.teacher_path, teacher_cfg, trainable=False).to(self.device)
@@ -260,7 +244,7 @@ class DistillTask(_PairTask):
             columns["rejected"] += rejected
         del teacher
         with store.writing_file(path) as local:  # readers see the old file or the whole new one
-            self._write_cache(local, columns, fingerprint)
+            pair_scores.write(local, columns, fingerprint)
         return f"scored {len(columns['row'])} pairs with the teacher into {path}"
 
     @torch.no_grad()
@@ -279,23 +263,11 @@ class DistillTask(_PairTask):
                 chosen[i], rejected[i] = ci, ri
         return chosen, rejected
 
-    @staticmethod
-    def _write_cache(path: str, columns: dict[str, list], fingerprint: str) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        table = pa.table({"split": pa.array(columns["split"], pa.string()),
-                          "row": pa.array(columns["row"], pa.int64()),
-                          "chosen": pa.array(columns["chosen"], pa.float64()),
-                          "rejected": pa.array(columns["rejected"], pa.float64())})
-        table = table.replace_schema_metadata({b"keel_fingerprint": fingerprint.encode()})
-        pq.write_table(table, path)
-
     # in every worker
     def load_model(self) -> tuple[nn.Module, Any]:
         self.tokenizer = models.load_tokenizer(self.request.model_path)
         self.pad_id = self.tokenizer.pad_token_id
-        _, self.teacher = _read_cache(for_request(self.request).stage(teacher_scores_path(self.request)))
+        _, self.teacher = pair_scores.read(for_request(self.request).stage(teacher_scores_path(self.request)))
         chosen, rejected = self.teacher["train"]
         # `mse` regresses standardised teacher gaps; the student's gap times this scale is in
         # teacher units again (for the KL and the gate).

@@ -234,3 +234,10 @@ def celery_worker(database, ray_cluster):
         yield proc
     finally:
         _stop_group(proc, grace=30)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that use the session's live Celery worker (`celery_worker`) run last, in their order:
+    once started, its sweeper and capacity publisher act on every job and the whole database of the
+    session, which tests that drive jobs and tables by hand must not see."""
+    items.sort(key=lambda item: "celery_worker" in getattr(item, "fixturenames", ()))
