@@ -19,8 +19,9 @@ from core.models import utcnow
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
-STEPS, SAVE_FREQ = 30, 10
-"""About 50 ms a step: the job runs on (and usually ends) while Redis is down."""
+STEPS, SAVE_FREQ = 150, 50
+"""20-50 ms a step: the job runs on through the 2 s outage and past the restart, so the followers
+must get events both before and after it."""
 DOWN_S = 2.0
 
 
