@@ -275,6 +275,15 @@ def save_sharded_checkpoint(path: str, write_shards: Callable[[str], None],
     return path
 
 
+def full_model(model: nn.Module, sharded: bool, rank: int) -> nn.Module | None:
+    """The whole trained model at rank 0, None elsewhere (collective when `sharded`: the fsdp2 shards
+    are gathered to rank 0 into a plain copy)."""
+    if sharded:
+        state = full_state_dict(model)
+        return None if state is None else plain_copy(model, state)
+    return model if rank == 0 else None
+
+
 def is_sharded_checkpoint(directory: str) -> bool:
     return os.path.isfile(os.path.join(directory, SHARDS_META))
 

@@ -341,12 +341,8 @@ class SupervisedWorker:
         return path
 
     def _full_model(self) -> nn.Module | None:
-        """The whole trained model at rank 0, None elsewhere (collective under fsdp2: the shards
-        are gathered to rank 0)."""
-        if self.sharded is not None:
-            state = sharding.full_state_dict(self.model)
-            return None if state is None else sharding.plain_copy(self.model, state)
-        return self.model if self.rank == 0 else None
+        """`sharding.full_model`: the whole trained model at rank 0 (collective under fsdp2)."""
+        return sharding.full_model(self.model, self.sharded is not None, self.rank)
 
     def _export(self, directory: str) -> None:
         """`directory/hf`: the model as it is now, loadable without Keel (`models.save_model`)."""

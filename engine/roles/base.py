@@ -392,11 +392,8 @@ class TrainableRole(Role):
         return {"time_s": time.perf_counter() - start}
 
     def _full_model(self) -> nn.Module | None:
-        """The whole trained model at rank 0, None elsewhere (collective under fsdp2)."""
-        if self.sharded is not None:
-            state = sharding.full_state_dict(self.model)
-            return None if state is None else sharding.plain_copy(self.model, state)
-        return self.model if self.rank == 0 else None
+        """`sharding.full_model`: the whole trained model at rank 0 (collective under fsdp2)."""
+        return sharding.full_model(self.model, self.sharded is not None, self.rank)
 
     def _export(self, directory: str) -> None:
         model = self._full_model()
