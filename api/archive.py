@@ -95,6 +95,9 @@ def content_disposition(filename: str) -> dict[str, str]:
 
 ADAPTER_DIR = "adapter"
 """Where `engine.models.save_model` puts a LoRA adapter beside the merged weights."""
+TRAINER_STATE_DIR = "trainer"
+"""Where an interactive trainer's `save_state` keeps its exact training state beside the model
+(`engine.interactive.state`): not part of the model's download."""
 _FULL_MODEL_FILES = ("config.json", "generation_config.json")
 
 
@@ -111,7 +114,8 @@ def hf_files(storage: Storage, location: str, *, lora: bool, merged: bool, prefi
     dir)` and `AutoTokenizer.from_pretrained(dir)` both work on the download.
     """
     if not lora or merged:
-        return files(storage, location, prefix=prefix, keep=lambda rel: not rel.startswith(f"{ADAPTER_DIR}/"))
+        return files(storage, location, prefix=prefix,
+                     keep=lambda rel: not rel.startswith((f"{ADAPTER_DIR}/", f"{TRAINER_STATE_DIR}/")))
     adapter = files(storage, f"{location.rstrip('/')}/{ADAPTER_DIR}", prefix=prefix)
     if not adapter:
         return []

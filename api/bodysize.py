@@ -45,7 +45,15 @@ class BodySizeLimit:
             await self.app(scope, receive, send)
             return
         limit = settings.MAX_JSON_BODY_BYTES
-        length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
+        length = chunked = None
+        for k, v in scope["headers"]:
+            if k == b"content-length":
+                length = v
+            elif k == b"transfer-encoding":
+                chunked = v
+        if length is None and chunked is None:  # no body at all (most GETs): nothing to count
+            await self.app(scope, receive, send)
+            return
         if length is not None and length.strip().isdigit() and int(length) > limit:
             await _problem(Request(scope), limit)(scope, receive, send)
             return

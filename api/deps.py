@@ -9,24 +9,29 @@ import anyio
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from api import ratelimit
 from api.errors import ApiError
 from core.config import settings
 from core.db import session_factory
 from core.models import Project
-from core.security import Caller, identify
+from core.security import Caller, identify_remembering, remembered_caller
 
 
 async def get_db() -> AsyncIterator[Session]:
     # Making a session touches no connection, so it happens on the event loop (one thread hop fewer
-    # per request); closing it may talk to the database, so that runs in a worker thread.
+    # per request). Closing one that holds a transaction talks to the database (a rollback), so that
+    # runs in a worker thread; a handler that committed or closed it leaves nothing to talk about.
     session = session_factory()()
     try:
         yield session
     finally:
-        with anyio.CancelScope(shield=True):  # a client that went away: still give the connection back
-            await anyio.to_thread.run_sync(session.close)
+        if session.in_transaction():
+            with anyio.CancelScope(shield=True):  # a client that went away: still give the connection back
+                await anyio.to_thread.run_sync(session.close)
+        else:
+            session.close()
 
 
 SessionDep = Annotated[Session, Depends(get_db)]
@@ -34,21 +39,44 @@ SessionDep = Annotated[Session, Depends(get_db)]
 bearer = HTTPBearer(auto_error=False, description="A project API key: `Authorization: Bearer keel_...`")
 
 
-def get_current_project(request: Request, db: SessionDep,
-                        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Project:
-    return check_project(request, db, credentials)
+async def get_current_project(request: Request,
+                              credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Project:
+    """`check_project` on the event loop: a key in the key cache (`core.key_cache`) and the rate
+    limiter's Redis round trip need no worker thread; only a key not cached is looked up in one, in a
+    session of its own (a handler that needs none opens none)."""
+    key = _bearer_key(credentials)
+    caller = _known(remembered_caller(key) or await run_in_threadpool(_identify, key))
+    return _admit(request, caller, await ratelimit.rate_limiter.acheck(caller.key_id, settings.RATE_LIMIT_PER_MINUTE))
+
+
+def _identify(key: str) -> Caller | None:
+    with session_factory()() as db:
+        return identify_remembering(db, key)
 
 
 def check_project(request: Request, db: Session, credentials: HTTPAuthorizationCredentials | None) -> Project:
     """The key's project (401 / 429 otherwise); sets `request.state.project_id`, `.caller` (the key's
-    id and scope) and `.rate_limit` (the budget the `X-RateLimit-*` headers show)."""
+    id and scope) and `.rate_limit` (the budget the `X-RateLimit-*` headers show). Blocking: for
+    routes that authenticate inside a worker thread of their own."""
+    key = _bearer_key(credentials)
+    caller = _known(remembered_caller(key) or identify_remembering(db, key))
+    return _admit(request, caller, ratelimit.rate_limiter.check(caller.key_id, settings.RATE_LIMIT_PER_MINUTE))
+
+
+def _bearer_key(credentials: HTTPAuthorizationCredentials | None) -> str:
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise ApiError(401, "unauthorized", "Missing API key: send `Authorization: Bearer <key>`.",
                        headers={"WWW-Authenticate": "Bearer"})
-    caller = identify(db, credentials.credentials)
+    return credentials.credentials
+
+
+def _known(caller: Caller | None) -> Caller:
     if caller is None:
         raise ApiError(401, "unauthorized", "Invalid or revoked API key.", headers={"WWW-Authenticate": "Bearer"})
-    budget = ratelimit.rate_limiter.check(caller.key_id, settings.RATE_LIMIT_PER_MINUTE)
+    return caller
+
+
+def _admit(request: Request, caller: Caller, budget: ratelimit.Budget | None) -> Project:
     request.state.rate_limit = budget
     if budget is not None and not budget.allowed:
         raise ApiError(429, "rate_limited", "Too many requests for this API key.", headers=budget.headers())
@@ -60,7 +88,7 @@ def check_project(request: Request, db: Session, credentials: HTTPAuthorizationC
 CurrentProject = Annotated[Project, Depends(get_current_project)]
 
 
-def get_caller(request: Request, project: CurrentProject) -> Caller:
+async def get_caller(request: Request, project: CurrentProject) -> Caller:
     """The authenticated key behind the request (its project, id and scope)."""
     return request.state.caller
 
@@ -68,7 +96,7 @@ def get_caller(request: Request, project: CurrentProject) -> Caller:
 CurrentCaller = Annotated[Caller, Depends(get_caller)]
 
 
-def get_admin(caller: CurrentCaller) -> Caller:
+async def get_admin(caller: CurrentCaller) -> Caller:
     """An admin key, else 403."""
     if not caller.admin:
         raise ApiError(403, "forbidden", "This route needs an admin API key (`keel keys create --admin`).")

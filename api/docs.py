@@ -29,6 +29,8 @@ TAGS = [
     {"name": "checkpoints", "description": "A job's checkpoints, downloadable as tar archives."},
     {"name": "models", "description": "Trained models: downloadable as Hugging Face directories, usable as the base, "
                                       "teacher or reward model of later jobs."},
+    {"name": "trainers", "description": "Interactive trainers (Tinker-style): a model held by a Ray actor, trained by "
+                                        "your own loop through forward_backward, optim_step, sample and saves."},
     {"name": "webhooks", "description": "Signed (Standard Webhooks) notifications of job outcomes, with a delivery log."},
     {"name": "secrets", "description": "Write-only project secrets for integrations (admin keys only)."},
     {"name": "fine_tuning", "description": "OpenAI's fine-tuning API shapes over the same jobs and files, and graders."},

@@ -73,8 +73,9 @@ _MAX_PART = 100
 
 
 def _loc_to_param(loc: tuple[Any, ...] | list[Any]) -> str | None:
-    parts = [str(p) if len(str(p)) <= _MAX_PART else str(p)[:_MAX_PART] + "..."
-             for p in loc if p not in ("body", "query", "path", "header", "form")]
+    if loc and loc[0] in ("body", "query", "path", "header", "form"):  # where it was; a field may be named `path`
+        loc = loc[1:]
+    parts = [str(p) if len(str(p)) <= _MAX_PART else str(p)[:_MAX_PART] + "..." for p in loc]
     # Discriminated-union tags (e.g. `ppo`) name the variant, not a field.
     parts = [p for p in parts if not p.startswith("function-") and p not in _UNION_TAGS]
     return ".".join(parts) or None

@@ -17,12 +17,15 @@ from api.routes import (
     events,
     files,
     fine_tuning,
+    graders,
     health,
     jobs,
     keys,
     models,
     secrets,
     tensorboard,
+    trainer_events,
+    trainers,
     webhooks,
 )
 from core import logging as logcontext
@@ -38,10 +41,10 @@ to `.keel/api_key`); `keel keys create --project NAME` makes more.
 curl -H "Authorization: Bearer keel_..." http://127.0.0.1:8000/v1/files
 ```
 
-A missing or revoked key is a `401` (revocation takes effect on the very next request: keys are never
-cached). Admin keys (`keel keys create --project NAME --admin`) also manage the project's keys at
-`/v1/keys` (list, create, revoke); a project key gets `403` there. A key's secret is shown once, when it
-is created. Every job records the key that created it (`created_by`).
+A missing or revoked key is a `401` (revocation takes effect at once: every API process forgets its
+cached keys when the revocation commits). Admin keys (`keel keys create --project NAME --admin`) also
+manage the project's keys at `/v1/keys` (list, create, revoke); a project key gets `403` there. A key's
+secret is shown once, when it is created. Every job records the key that created it (`created_by`).
 
 ## Limits
 Each key has a budget of requests per minute, shared by every API process; every keyed answer carries
@@ -166,7 +169,10 @@ def create_app() -> FastAPI:
     app.include_router(events.router)
     app.include_router(checkpoints.router)
     app.include_router(models.router)
+    app.include_router(trainers.router)  # interactive trainers (docs/trainers.md)
+    app.include_router(trainer_events.router)
     app.include_router(fine_tuning.router)  # OpenAI's fine-tuning API (docs/openai.md)
+    app.include_router(graders.router)
     app.include_router(webhooks.router)
     app.include_router(secrets.router)
     app.include_router(tensorboard.router)

@@ -43,7 +43,7 @@ from core.models import Job
 
 log = logging.getLogger(__name__)
 
-JOB_STATUSES = ("queued", "running", "cancelling", "succeeded", "failed", "cancelled")
+JOB_STATUSES = ("queued", "running", "cancelling", "pausing", "paused", "succeeded", "failed", "cancelled")
 
 REGISTRY = CollectorRegistry()
 ProcessCollector(registry=REGISTRY)

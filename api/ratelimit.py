@@ -6,27 +6,31 @@ When Redis stops answering, the process falls back to its own counts for `FALLBA
 the log, instead of refusing or stalling every request.
 
 Requests: the `limits` library's sliding-window counter over one minute (two counters per key in
-Redis, updated by one atomic script). Streams: a Redis sorted set per key of stream leases that
-expire unless renewed, so a stream whose process died stops counting within `LEASE_S`.
+Redis, taken and read by one atomic script: one round trip, from the event loop for API requests).
+Streams: a Redis sorted set per key of stream leases that expire unless renewed, so a stream whose
+process died stops counting within `LEASE_S`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import redis
+import redis.asyncio as aioredis
 from fastapi.responses import StreamingResponse
 from limits import RateLimitItemPerSecond
-from limits.storage import MemoryStorage, RedisStorage
+from limits.storage import MemoryStorage
 from limits.strategies import SlidingWindowCounterRateLimiter
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -84,14 +88,45 @@ def _redis_options() -> dict[str, Any]:
     return {"socket_timeout": REDIS_TIMEOUT_S, "socket_connect_timeout": REDIS_TIMEOUT_S}
 
 
+# The sliding-window counter of the `limits` library (same keys, same arithmetic), in one round trip:
+# shift an expired window, take one request if the weighted count allows it, and return the counts.
+_SLIDING_WINDOW = """
+local limit = tonumber(ARGV[1])
+local expiry = tonumber(ARGV[2]) * 1000
+local current_ttl = tonumber(redis.call('pttl', KEYS[2]))
+if current_ttl > 0 and current_ttl < expiry then
+    redis.call('rename', KEYS[2], KEYS[1])
+    redis.call('set', KEYS[2], 0, 'PX', current_ttl + expiry)
+end
+local previous_count = tonumber(redis.call('get', KEYS[1])) or 0
+local previous_ttl = math.max(0, tonumber(redis.call('pttl', KEYS[1])) or 0)
+local current_count = tonumber(redis.call('get', KEYS[2])) or 0
+current_ttl = math.max(0, tonumber(redis.call('pttl', KEYS[2])) or 0)
+local allowed = 0
+if math.floor(previous_count * previous_ttl / expiry) + current_count + 1 <= limit then
+    allowed = 1
+    if redis.call('exists', KEYS[2]) == 1 then
+        current_count = redis.call('incrby', KEYS[2], 1)
+    else
+        redis.call('set', KEYS[2], 1, 'PX', expiry * 2)
+        current_count, current_ttl = 1, expiry * 2
+    end
+end
+return {allowed, previous_count, previous_ttl, current_count, current_ttl}
+"""
+
+
 class RateLimiter:
     """Requests per minute per API key (see the module doc)."""
 
     def __init__(self, redis_url: str | None = None, *, prefix: str = "keel:ratelimit", window_s: int = 60) -> None:
         self.window_s = window_s
+        self.prefix = prefix
+        self.redis_url = redis_url
         self._local = SlidingWindowCounterRateLimiter(MemoryStorage())
-        self._shared = (SlidingWindowCounterRateLimiter(RedisStorage(redis_url, key_prefix=prefix, **_redis_options()))
+        self._script = (redis.Redis.from_url(redis_url, **_redis_options()).register_script(_SLIDING_WINDOW)
                         if redis_url else None)
+        self._async_scripts: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
         self._fallback = _Fallback("rate limiter")
 
     def check(self, key_id: str, per_window: int) -> Budget | None:
@@ -100,12 +135,56 @@ class RateLimiter:
         if per_window <= 0:
             return None
         item = RateLimitItemPerSecond(per_window, self.window_s)
-        if self._shared is not None and self._fallback.redis_ok():
+        if self._script is not None and self._fallback.redis_ok():
             try:
-                return self._hit(self._shared, item, key_id)
+                return self._budget(item, self._script(keys=self._keys(item, key_id), args=[per_window, self.window_s]))
             except (redis.RedisError, OSError) as exc:
                 self._fallback.failed(exc)
         return self._hit(self._local, item, key_id)
+
+    async def acheck(self, key_id: str, per_window: int) -> Budget | None:
+        """`check` on the event loop (an asyncio Redis client of this loop): no thread for it."""
+        if per_window <= 0:
+            return None
+        item = RateLimitItemPerSecond(per_window, self.window_s)
+        if self.redis_url and self._fallback.redis_ok():
+            try:
+                async with asyncio.timeout(REDIS_TIMEOUT_S):  # one timer for the round trip (see _async_script)
+                    counts = await self._async_script()(keys=self._keys(item, key_id),
+                                                        args=[per_window, self.window_s])
+                return self._budget(item, counts)
+            except (redis.RedisError, OSError, TimeoutError) as exc:
+                self._fallback.failed(exc)
+        return self._hit(self._local, item, key_id)
+
+    def _async_script(self) -> Any:
+        loop = asyncio.get_running_loop()
+        script = self._async_scripts.get(loop)
+        if script is None:
+            # No socket timeout on the client: with one, redis-py wraps every write in `wait_for` (a
+            # task per command) and every read in a timer; `acheck` bounds the whole call instead.
+            client = aioredis.Redis.from_url(self.redis_url, socket_timeout=None,  # (redis-py's default: 5 s)
+                                             socket_connect_timeout=REDIS_TIMEOUT_S)
+            script = self._async_scripts[loop] = client.register_script(_SLIDING_WINDOW)
+        return script
+
+    def _keys(self, item: RateLimitItemPerSecond, key_id: str) -> list[str]:
+        current = f"{self.prefix}:{{{item.key_for(key_id)}}}"  # `limits`' RedisStorage key layout
+        return [f"{current}/-1", current]
+
+    def _budget(self, item: RateLimitItemPerSecond, counts: list[Any]) -> Budget:
+        """The `X-RateLimit-*` figures from the script's counts, as `limits` computes its window stats."""
+        allowed, previous, previous_ttl_ms, current, current_ttl_ms = (int(c) for c in counts)
+        expiry = item.get_expiry()
+        previous_expires_in, current_expires_in = previous_ttl_ms / 1000, current_ttl_ms / 1000
+        remaining = max(0, item.amount - math.floor(previous * previous_expires_in / expiry + current))
+        reset_in = math.inf
+        if previous:
+            reset_in = previous_expires_in % (expiry / previous)
+        if current:
+            reset_in = min(reset_in, current_expires_in % expiry)
+        reset = 0 if reset_in == math.inf else max(0, math.ceil(reset_in))
+        return Budget(bool(allowed), item.amount, remaining, reset)
 
     @staticmethod
     def _hit(limiter: SlidingWindowCounterRateLimiter, item: RateLimitItemPerSecond, key_id: str) -> Budget:

@@ -30,6 +30,52 @@ def set_threads(threads: int | None) -> int:
     return torch.get_num_threads()
 
 
+def job_resources(threads: int | None):
+    """The `Resources` of a benchmarked job: `threads` CPUs per worker, or (None) a job's defaults.
+    The engine sets torch's thread count from them (`engine.distributed.worker_threads`), as in a job."""
+    from engine.config import Resources
+
+    return Resources() if threads is None else Resources(cpus_per_worker=float(threads))
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the platform reports it)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def tree_cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds of process `pid` (default: this one) and of all its live
+    descendants (Linux `/proc`; elsewhere this process's own `time.process_time`)."""
+    import time
+
+    root = pid or os.getpid()
+    try:
+        stats = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        # Fields after the parenthesised command name: state ppid ... utime(14) stime(15).
+                        fields = f.read().rsplit(")", 1)[1].split()
+                except OSError:  # it exited meanwhile
+                    continue
+                stats[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+    except FileNotFoundError:
+        return time.process_time()
+    children: dict[int, list[int]] = {}
+    for p, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(p)
+    total, todo = 0, [root]
+    while todo:
+        p = todo.pop()
+        total += stats.get(p, (0, 0))[1]
+        todo.extend(children.get(p, ()))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def demo_assets(directory: str | os.PathLike | None = None) -> dict[str, str]:
     """The demo assets (`engine.demo.build_demo_assets`) under `directory`, built once and reused
     when its `assets.json` exists (default: `bench/out/demo`)."""

@@ -115,6 +115,62 @@ def longtail_paths(directory: str | Path | None = None, tokenizer_dir: str | Non
     return build_longtail(out, tokenizer_dir or demo_assets()["tokenizer"])
 
 
+_NAMES = ["Ava", "Ben", "Chloe", "Dan", "Ella", "Finn", "Grace", "Hugo", "Iris", "Jack", "Lena", "Max"]
+_ITEMS = ["apples", "marbles", "stickers", "books", "cookies", "pencils", "stamps", "cards"]
+
+
+def _word_problem(rng: random.Random) -> tuple[str, int]:
+    """A GSM8K-style word problem of two or three steps with a non-negative integer answer."""
+    name, friend = rng.sample(_NAMES, 2)
+    item = rng.choice(_ITEMS)
+    a, b, c = rng.randint(2, 40), rng.randint(2, 12), rng.randint(1, 9)
+    kind = rng.randrange(4)
+    if kind == 0:
+        c = rng.randint(1, a + b)
+        question = (f"{name} has {a} {item}. {name} buys {b} more and gives {c} to {friend}. "
+                    f"How many {item} does {name} have now?")
+        return question, a + b - c
+    if kind == 1:
+        c = rng.randint(1, a * b)
+        question = (f"A box holds {a} {item}. {name} fills {b} boxes, then {friend} takes {c} {item}. "
+                    f"How many {item} are left in the boxes?")
+        return question, a * b - c
+    if kind == 2:
+        question = (f"{name} earns {a} dollars an hour and works {b} hours a day for {c} days. "
+                    f"How many dollars does {name} earn in total?")
+        return question, a * b * c
+    question = (f"{name} and {friend} share {a * b} {item} equally among {b} children, and each child "
+                f"then gets {c} more. How many {item} does each child have?")
+    return question, a + c
+
+
+def build_gsm8k_prompts(directory: str | Path, rows: int = 256, val_rows: int = 64, seed: int = SEED) -> dict:
+    """GSM8K-style prompts (`prompt`, `ground_truth`, `data_source: openai/gsm8k`) for rule-reward
+    RL benchmarks (`bench.ppo --adv-estimator grpo --reward-function gsm8k`); returns the paths."""
+    rng = random.Random(seed + 1)
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    result: dict = {}
+    for split, n in (("train", rows), ("val", val_rows)):
+        problems = [_word_problem(rng) for _ in range(n)]
+        path = out / f"gsm8k_prompts_{split}.parquet"
+        table = pa.table({"prompt": pa.array([q for q, _ in problems], pa.string()),
+                          "ground_truth": pa.array([str(v) for _, v in problems], pa.string()),
+                          "data_source": pa.array(["openai/gsm8k"] * n, pa.string())})
+        pq.write_table(table, path)
+        result[split] = str(path)
+    return result
+
+
+def gsm8k_paths(directory: str | Path | None = None) -> dict:
+    """The GSM8K-style prompt files under `directory` (default `bench/out/data`), made on first use."""
+    out = Path(directory) if directory else out_dir() / "data"
+    train, val = out / "gsm8k_prompts_train.parquet", out / "gsm8k_prompts_val.parquet"
+    if train.is_file() and val.is_file():
+        return {"train": str(train), "val": str(val)}
+    return build_gsm8k_prompts(out)
+
+
 WIDE_SHAPE = {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 12}
 """A Llama wide enough that its matrix products, not per-op overhead, dominate a CPU training step
 (28M parameters besides the embeddings): the shape for MFU figures. The demo model (hidden 128) is

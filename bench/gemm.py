@@ -1,6 +1,6 @@
 """The machine's dense matmul peak (GFLOP/s) for fp32 and bf16: the reference for MFU figures.
 
-    python -m bench.gemm [--size 2048] [--repeats 10] [--threads N] --json
+    python -m bench.gemm [--size 2048] [--repeats 10] [--threads N] [--dtypes float32,bfloat16] --json
 
 `fp32_gflops` / `bf16_gflops` are the best of --repeats timed products (the peak: on a shared
 machine a slower repeat means another process took the core, not a slower core); the `_median`
@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--size", type=int, default=2048)
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--dtypes", default="float32,bfloat16",
+                   help="which to measure; a CPU without native bf16 (no AVX512-BF16/AMX) takes minutes for bf16")
     p.add_argument("--json", action="store_true", help="print one JSON line")
     args = p.parse_args(argv)
     import torch
@@ -50,7 +52,10 @@ def main(argv: list[str] | None = None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     result = {"bench": "gemm", "size": args.size, "threads": torch.get_num_threads()}
+    wanted = set(args.dtypes.split(","))
     for dtype, key in (("float32", "fp32"), ("bfloat16", "bf16")):
+        if dtype not in wanted:
+            continue
         best, median = measure_all(dtype, args.size, args.repeats)
         result[f"{key}_gflops"] = round(best, 1)
         result[f"{key}_gflops_median"] = round(median, 1)

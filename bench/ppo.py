@@ -35,30 +35,47 @@ import os
 import tempfile
 import time
 
-from bench.common import demo_assets, emit, load_average, set_threads, spread
+from bench.common import demo_assets, emit, load_average, set_threads, spread, tree_cpu_seconds, usable_cores
+from engine.reporting import RecordingReporter
 
 TIMING_NOTE = "mean over steps 2..N of timing_s/*; excludes Ray start-up, loading, step 1, final checkpoint/save"
 
 
-def build_request(model: str, reward_model: str, prompts: str, work: str, *, batch: int, response_length: int,
-                  prompt_length: int, steps: int, epochs: int, dtype: str, gradient_checkpointing: bool,
-                  threads: int, seed: int, packing: bool = True):
+GRPO_KL_COEF = 0.04
+"""GRPO's KL-to-reference loss weight (DeepSeekMath's beta; TRL's `GRPOConfig.beta` is set to match)."""
+
+
+def build_request(model: str, reward_model: str | None, prompts: str, work: str, *, batch: int,
+                  response_length: int, prompt_length: int, steps: int, epochs: int, dtype: str,
+                  gradient_checkpointing: bool, threads: int | None, seed: int, packing: bool = True,
+                  adv_estimator: str = "gae", n: int = 1, reward_function: str | None = None):
+    """A PPO job request. `threads` None: the job's default resources (the engine picks the thread
+    count from `resources.cpus_per_worker`, as for any job). `adv_estimator` `grpo`: no critic, the
+    KL to the reference as a loss term (`actor.use_kl_loss`, k3) instead of in the reward, as GRPO
+    runs; `reward_function` names a rule reward (`engine.rewards`) instead of `reward_model`."""
     from engine.config import JobRequest, PPOConfig, Resources, build_config
 
+    algorithm: dict = {"adv_estimator": adv_estimator}
+    actor: dict = {"ppo_mini_batch_size": batch, "ppo_epochs": epochs}
+    if adv_estimator != "gae":
+        algorithm["use_kl_in_reward"] = False
+        actor.update(use_kl_loss=True, kl_loss_coef=GRPO_KL_COEF, kl_loss_type="low_var_kl")
     cfg = build_config(PPOConfig, {
         "data": {"train_batch_size": batch, "max_prompt_length": prompt_length,
                  "max_response_length": response_length, "truncation": "left"},
         "model": {"dtype": dtype, "enable_gradient_checkpointing": gradient_checkpointing,
                   "use_remove_padding": packing},
-        "actor": {"ppo_mini_batch_size": batch, "ppo_epochs": epochs},
+        "actor": actor,
         "critic": {"ppo_mini_batch_size": batch, "ppo_epochs": epochs},
-        "rollout": {"n": 1, "temperature": 1.0},
+        "rollout": {"n": n, "temperature": 1.0},
+        "algorithm": algorithm,
         "trainer": {"total_training_steps": steps, "test_freq": -1, "save_freq": -1},
     })
+    reward = {"function": reward_function} if reward_function else {"model_path": reward_model}
+    resources = Resources() if threads is None else Resources(num_workers=1, cpus_per_worker=float(threads))
     return JobRequest(job_id="bench-ppo", method="ppo", config=cfg, model_path=model, training_file=prompts,
                       output_dir=f"{work}/out", checkpoint_dir=f"{work}/ckpt", seed=seed,
-                      reward={"model_path": reward_model},
-                      resources=Resources(num_workers=1, cpus_per_worker=float(threads)))
+                      reward=reward, resources=resources)
 
 
 def start_private_ray(cpus: int) -> None:
@@ -73,11 +90,34 @@ def start_private_ray(cpus: int) -> None:
              namespace="keel", log_to_driver=False)
 
 
-def summarise(reporter, batch: int) -> dict:
+class TreeCPUReporter(RecordingReporter):
+    """A `RecordingReporter` that stamps each metrics event with the CPU seconds of this process and
+    all its descendants (the local Ray's raylet, GCS and the role workers): what the whole job
+    cost, on a shared machine far steadier than wall time."""
+
+    def _add(self, kind, **data):
+        if kind == "metrics":
+            data["cpu"] = tree_cpu_seconds()
+        super()._add(kind, **data)
+
+    def cpu_summary(self, samples: int) -> dict:
+        """Generated tokens per CPU-second over steps 2..N (the CPU time between the end of step 1
+        and the end of step N, Ray's own processes included)."""
+        events = self.of("metrics")
+        if len(events) < 2:
+            return {}
+        timed = events[1:]
+        cpu = timed[-1]["cpu"] - events[0]["cpu"]
+        tokens = sum(e["values"]["response_length/mean"] * samples for e in timed)
+        return {"cpu_s": round(cpu, 3), "tokens_per_cpu_s": round(tokens / cpu, 2) if cpu > 0 else None}
+
+
+def summarise(reporter, samples: int) -> dict:
+    """Throughput over steps 2..N; `samples` = responses per iteration (prompts x rollout.n)."""
     events = reporter.of("metrics")
     timed = [e["values"] for e in events if e["step"] >= 2] or [e["values"] for e in events]
     seconds = sum(v["timing_s/step"] for v in timed)
-    tokens = sum(v["response_length/mean"] * batch for v in timed)
+    tokens = sum(v["response_length/mean"] * samples for v in timed)
     phases = sorted({k for v in timed for k in v if k.startswith("timing_s/")})
     return {"timed_steps": len(timed), "timed_s": round(seconds, 3), "generated_tokens": round(tokens),
             "tokens_per_s": round(tokens / seconds, 2),
@@ -163,11 +203,24 @@ def main(argv: list[str] | None = None) -> dict:
                    help="measure one update step's phases in process (snapshot share; see above)")
     p.add_argument("--repeat", type=int, default=5, help="--step-cost: timed iterations (after one warm-up)")
     p.add_argument("--no-packing", action="store_true", help="model.use_remove_padding=false (padded forwards)")
+    p.add_argument("--adv-estimator", choices=("gae", "grpo"), default="gae",
+                   help="grpo: no critic, group-relative advantages, KL as a loss term")
+    p.add_argument("--n", type=int, default=1, help="rollout.n: samples per prompt")
+    p.add_argument("--reward-function", default=None,
+                   help="a rule reward (e.g. gsm8k) instead of the reward model")
+    p.add_argument("--gsm8k", action="store_true",
+                   help="bench.datasets' GSM8K-style prompts as --prompts (default: the demo prompts)")
     p.add_argument("--json", action="store_true", help="print one JSON line")
     args = p.parse_args(argv)
+    if args.n < 1 or (args.adv_estimator == "grpo" and args.n < 2):
+        p.error("--n must be >= 1 (>= 2 for grpo: the group is the baseline)")
 
-    threads = set_threads(args.threads)
+    threads = set_threads(args.threads) if args.step_cost or args.threads else None
     model, reward_model, prompts = args.model, args.reward_model, args.prompts
+    if not prompts and args.gsm8k:
+        from bench.datasets import gsm8k_paths
+
+        prompts = gsm8k_paths()["train"]
     if not (model and reward_model and prompts):
         assets = demo_assets()
         model, reward_model = model or assets["model"], reward_model or assets["model"]
@@ -188,28 +241,34 @@ def main(argv: list[str] | None = None) -> dict:
 
     import ray
 
+    from engine.distributed import worker_threads
     from engine.ppo import run_ppo
-    from engine.reporting import RecordingReporter
 
     load_avg = load_average()
-    start_private_ray(threads)
+    start_private_ray(threads or usable_cores())
     try:
         with tempfile.TemporaryDirectory(prefix="keel-bench-ppo-") as work:
-            request = build_request(model, reward_model, prompts, work, batch=args.batch,
-                                    response_length=args.response_length, prompt_length=args.prompt_length,
-                                    steps=args.steps, epochs=args.epochs, dtype=args.dtype,
-                                    gradient_checkpointing=args.gradient_checkpointing, threads=threads,
-                                    seed=args.seed, packing=not args.no_packing)
-            reporter = RecordingReporter()
+            request = build_request(model, None if args.reward_function else reward_model, prompts, work,
+                                    batch=args.batch, response_length=args.response_length,
+                                    prompt_length=args.prompt_length, steps=args.steps, epochs=args.epochs,
+                                    dtype=args.dtype, gradient_checkpointing=args.gradient_checkpointing,
+                                    threads=threads, seed=args.seed, packing=not args.no_packing,
+                                    adv_estimator=args.adv_estimator, n=args.n,
+                                    reward_function=args.reward_function)
+            reporter = TreeCPUReporter()
             start = time.perf_counter()
             run_ppo(request, reporter)
             wall = time.perf_counter() - start
     finally:
         ray.shutdown()
-    result = {"bench": "ppo", "dtype": args.dtype, "threads": threads, "batch": args.batch,
+    samples = args.batch * args.n
+    result = {"bench": "ppo" if args.adv_estimator == "gae" else args.adv_estimator, "dtype": args.dtype,
+              "threads": worker_threads(request.resources), "threads_setting": args.threads or "default",
+              "batch": args.batch, "n": args.n, "adv_estimator": args.adv_estimator,
+              "reward": args.reward_function or "model",
               "response_length": args.response_length, "steps": args.steps, "epochs": args.epochs,
               "gradient_checkpointing": args.gradient_checkpointing, "packing": not args.no_packing,
-              **summarise(reporter, args.batch),
+              **summarise(reporter, samples), **reporter.cpu_summary(samples),
               "wall_s": round(wall, 2), "timing": TIMING_NOTE, "load_avg_1m": load_avg,
               "cpus": os.cpu_count()}
     emit(result, args.json)

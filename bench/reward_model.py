@@ -41,7 +41,16 @@ import itertools
 import tempfile
 import time
 
-from bench.common import demo_assets, emit, gemm_peak_gflops, load_average, matmul_params, set_threads, spread
+from bench.common import (
+    demo_assets,
+    emit,
+    gemm_peak_gflops,
+    job_resources,
+    load_average,
+    matmul_params,
+    set_threads,
+    spread,
+)
 from engine.reporting import RecordingReporter
 
 TIMING_NOTE = "sum of timing_s/step over steps 2..N; excludes loading, tokenization, step 1, validation, save"
@@ -49,7 +58,7 @@ TIMING_NOTE = "sum of timing_s/step over steps 2..N; excludes loading, tokenizat
 
 def build_request(model: str, data: str, val_data: str | None, work: str, *, batch_size: int, max_length: int,
                   steps: int, dtype: str, gradient_checkpointing: bool, max_tokens: int, lr: float, seed: int,
-                  remove_padding: bool = True):
+                  remove_padding: bool = True, threads: int | None = None):
     from engine.config import JobRequest, RewardModelConfig, build_config
 
     cfg = build_config(RewardModelConfig, {
@@ -62,7 +71,7 @@ def build_request(model: str, data: str, val_data: str | None, work: str, *, bat
     })
     return JobRequest(job_id="bench-rm", method="reward_model", config=cfg, model_path=model,
                       training_file=data, validation_file=val_data, output_dir=f"{work}/out",
-                      checkpoint_dir=f"{work}/ckpt", seed=seed)
+                      checkpoint_dir=f"{work}/ckpt", seed=seed, resources=job_resources(threads))
 
 
 class CPUClockReporter(RecordingReporter):
@@ -106,7 +115,7 @@ def run_once(model: str, data: str, val_data: str | None, args: argparse.Namespa
         request = build_request(model, data, val_data, work, batch_size=args.batch_size,
                                 max_length=args.max_length, steps=args.steps, dtype=args.dtype,
                                 gradient_checkpointing=args.gradient_checkpointing, max_tokens=args.max_tokens,
-                                lr=args.lr, seed=args.seed, remove_padding=remove_padding)
+                                lr=args.lr, seed=args.seed, remove_padding=remove_padding, threads=args.threads)
         reporter = CPUClockReporter()
         start = time.perf_counter()
         run_reward_model(request, reporter)
@@ -156,7 +165,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--max-tokens", type=int, default=3072, help="max_token_len_per_gpu (token budget)")
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: one per core)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPUs of the job's worker, hence torch threads (default: a job's default resources)")
     p.add_argument("--peak-gflops", type=float, default=None, help="GEMM peak to use (default: measure it)")
     p.add_argument("--no-mfu", action="store_true", help="skip the GEMM measurement (mfu: null)")
     p.add_argument("--no-remove-padding", action="store_true",
@@ -167,7 +177,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--json", action="store_true", help="print one JSON line")
     args = p.parse_args(argv)
 
-    threads = set_threads(args.threads)
+    from engine.distributed import worker_threads
+
+    # What the job's worker will use (--threads, else a job's default resources); the GEMM peak too.
+    threads = set_threads(worker_threads(job_resources(args.threads)))
     model, data, val_data = args.model, args.data, args.val_data
     if not model or not data:
         assets = demo_assets()

@@ -8,6 +8,10 @@ sides train on the same token ids.
         --batch-size 16 --steps 100 [--dtype float32|bfloat16] [--gradient-checkpointing] [--threads N]
     .bench-venv/bin/python bench/trl_runner.py ppo --model DIR --reward-model DIR --prompts TOKENIZED.parquet
         --batch 16 --response-length 32 --steps 5 [--dtype ...] [--gradient-checkpointing] [--threads N]
+    .bench-venv/bin/python bench/trl_runner.py grpo --model DIR --prompts PROMPTS.parquet --batch 16 --n 4
+        --response-length 32 --steps 5 [--beta 0.04] [...]
+    .bench-venv/bin/python bench/trl_runner.py dpo --model DIR --data TOKENIZED.parquet --batch-size 16
+        --steps 40 [--beta 0.1] [...]
 
 Timing matches Keel's (steps 2..N, loading and the first step excluded): the gaps between
 consecutive `on_step_end` callbacks, i.e. the trainer's whole step including its data loading
@@ -23,6 +27,7 @@ import argparse
 import itertools
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -168,20 +173,168 @@ def run_ppo(args) -> dict:
         start = time.perf_counter()
         trainer.train()
         wall = time.perf_counter() - start
-    gaps = _gaps(clock.wall)
+    gaps, cpu_gaps = _gaps(clock.wall), _gaps(clock.cpu)
     tokens = sum(generated[1:len(gaps) + 1])
-    return {"tokens_per_s": round(tokens / sum(gaps), 2), "timed_steps": len(gaps), "timed_s": round(sum(gaps), 3),
+    return {"tokens_per_s": round(tokens / sum(gaps), 2), "tokens_per_cpu_s": round(tokens / sum(cpu_gaps), 2),
+            "timed_steps": len(gaps), "timed_s": round(sum(gaps), 3),
             "generated_tokens": tokens, "timing_s/gen": round(sum(gen_time[1:]) / max(len(gen_time) - 1, 1), 3),
             "timing_s/step": round(sum(gaps) / len(gaps), 3), "wall_s": round(wall, 2)}
 
 
-def main(argv: list[str] | None = None) -> dict:
+# --- GRPO ---------------------------------------------------------------------------------------
+
+_GSM8K_ANSWER = re.compile(r"#### (\-?[0-9\.\,]+)")
+
+
+def gsm8k_reward(completions, ground_truth, **_) -> list[float]:
+    """Keel's `gsm8k` rule (VERL's strict GSM8K scorer), written again here (this file imports no
+    Keel code): the last `#### <number>` in the final 300 characters, `,` removed, equal to the
+    ground truth as a string -> 1.0, else 0.0."""
+    scores = []
+    for completion, truth in zip(completions, ground_truth):
+        text = completion[-1]["content"] if isinstance(completion, list) else completion
+        found = _GSM8K_ANSWER.findall(text[-300:])
+        answer = found[-1].replace(",", "").replace("$", "") if found else None
+        scores.append(1.0 if answer is not None and answer == truth else 0.0)
+    return scores
+
+
+def grpo_dataset(rows: list[dict]) -> list[dict]:
+    """TRL's conversational prompts (it applies the chat template, as Keel does for a plain-text prompt)."""
+    return [{"prompt": [{"role": "user", "content": r["prompt"]}], "ground_truth": r["ground_truth"]} for r in rows]
+
+
+def grpo_config_kwargs(args, out: str) -> dict:
+    """Keel's GRPO job, in TRL's names: `batch` prompts x `n` samples per step, all in one optimizer
+    step (one mini-batch, one epoch: `num_iterations=1`), temperature 1 without top-k/top-p, the KL
+    to the reference as a k3 loss term with Keel's coefficient, token-mean loss (`dapo`), advantages
+    scaled by the group's std."""
+    return {**_common_args(args, out), "per_device_train_batch_size": args.batch * args.n,
+            "gradient_accumulation_steps": 1, "num_generations": args.n,
+            "max_completion_length": args.response_length, "max_steps": args.steps,
+            "learning_rate": args.lr, "lr_scheduler_type": "constant", "temperature": 1.0, "top_k": 0,
+            "top_p": 1.0, "beta": args.beta, "num_iterations": 1, "loss_type": "dapo", "scale_rewards": "group",
+            "model_init_kwargs": {"dtype": args.dtype}}
+
+
+def run_grpo(args) -> dict:
+    import pyarrow.parquet as pq
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    rows = pq.read_table(args.prompts).to_pylist()
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    tokenizer.padding_side = "left"
+    # Both sides must sample from the same prompt tokens: compare TRL's rendering with Keel's ids.
+    mine = [tokenizer.apply_chat_template(p["prompt"], add_generation_prompt=True, tokenize=True,
+                                          return_dict=True)["input_ids"] for p in grpo_dataset(rows[:32])]
+    same_prompts = all(list(a) == list(r["prompt_ids"]) for a, r in zip(mine, rows[:32]))
+    torch.manual_seed(args.seed)
+
+    generated: list[int] = []
+    gen_time: list[float] = []
+
+    class CountingGRPOTrainer(GRPOTrainer):
+        """Counts generated tokens (up to and including EOS, as TRL's own mask does) and times generation."""
+
+        def _generate_single_turn(self, *a, **kw):
+            start = time.perf_counter()
+            completion_ids, logprobs = super()._generate_single_turn(*a, **kw)
+            gen_time.append(time.perf_counter() - start)
+            generated.append(sum(len(c) for c in completion_ids))
+            return completion_ids, logprobs
+
+    clock = _clock_callback()
+    with tempfile.TemporaryDirectory(prefix="trl-bench-grpo-") as out:
+        config = GRPOConfig(**grpo_config_kwargs(args, out))
+        trainer = CountingGRPOTrainer(model=args.model, reward_funcs=gsm8k_reward, args=config,
+                                      train_dataset=Dataset.from_list(grpo_dataset(rows)),
+                                      processing_class=tokenizer, callbacks=[clock])
+        start = time.perf_counter()
+        trainer.train()
+        wall = time.perf_counter() - start
+    gaps, cpu_gaps = _gaps(clock.wall), _gaps(clock.cpu)
+    tokens = sum(generated[1:len(gaps) + 1])
+    return {"tokens_per_s": round(tokens / sum(gaps), 2), "tokens_per_cpu_s": round(tokens / sum(cpu_gaps), 2),
+            "timed_steps": len(gaps), "timed_s": round(sum(gaps), 3), "cpu_s": round(sum(cpu_gaps), 3),
+            "generated_tokens": tokens, "prompt_ids_match": same_prompts,
+            "timing_s/gen": round(sum(gen_time[1:]) / max(len(gen_time) - 1, 1), 3),
+            "timing_s/step": round(sum(gaps) / len(gaps), 3), "wall_s": round(wall, 2)}
+
+
+# --- DPO ----------------------------------------------------------------------------------------
+
+def dpo_rows(table_rows: list[dict]) -> list[dict]:
+    """Keel's tokenized pairs as TRL's processed DPO columns (`prompt_ids`, `chosen_ids`,
+    `rejected_ids`: the completions after the prompt, EOS included)."""
+    return [{"prompt_ids": r["prompt_ids"], "chosen_ids": r["chosen_ids"], "rejected_ids": r["rejected_ids"]}
+            for r in table_rows]
+
+
+def dpo_config_kwargs(args, out: str) -> dict:
+    """Keel's DPO job in TRL's names (sigmoid loss, `beta`); TRL's default reference handling: the
+    frozen reference runs inside every step (`precompute_ref_log_probs=False`)."""
+    return {**_common_args(args, out), "per_device_train_batch_size": args.batch, "gradient_accumulation_steps": 1,
+            "max_steps": args.steps, "learning_rate": args.lr, "lr_scheduler_type": "constant",
+            "max_length": None, "beta": args.beta, "loss_type": ["sigmoid"], "dataloader_drop_last": True,
+            "precompute_ref_log_probs": False}
+
+
+def run_dpo(args) -> dict:
+    import pyarrow.parquet as pq
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOConfig, DPOTrainer
+
+    rows = dpo_rows(pq.read_table(args.data).to_pylist())
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    dtype = getattr(torch, args.dtype)
+    torch.manual_seed(args.seed)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype)
+    ref = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype)
+
+    class PretokenizedDPOTrainer(DPOTrainer):
+        """The rows are already TRL's processed columns (Keel's token ids): no second tokenization."""
+
+        def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
+            return dataset
+
+    clock = _clock_callback()
+    with tempfile.TemporaryDirectory(prefix="trl-bench-dpo-") as out:
+        config = DPOConfig(**dpo_config_kwargs(args, out))
+        trainer = PretokenizedDPOTrainer(model=model, ref_model=ref, args=config, train_dataset=Dataset.from_list(rows),
+                                         processing_class=tokenizer, callbacks=[clock])
+        start = time.perf_counter()
+        trainer.train()
+        wall = time.perf_counter() - start
+    gaps, cpu_gaps = _gaps(clock.wall), _gaps(clock.cpu)
+    lengths = [(len(r["prompt_ids"]) + len(r["chosen_ids"]), len(r["prompt_ids"]) + len(r["rejected_ids"]))
+               for r in rows]
+    return {"pairs_per_s": round(args.batch * len(gaps) / sum(gaps), 2),
+            "pairs_per_cpu_s": round(args.batch * len(cpu_gaps) / sum(cpu_gaps), 2),
+            "padding_efficiency": round(_expected_padding(lengths, args.batch, args.seed), 4),
+            "timed_steps": len(gaps), "timed_s": round(sum(gaps), 3), "wall_s": round(wall, 2)}
+
+
+DEFAULTS = {"rm": (1e-4, None), "ppo": (1e-6, None), "grpo": (1e-6, 0.04), "dpo": (1e-5, 0.1)}
+"""Per workload, (learning rate, beta) when not given: Keel's benchmark settings (`bench.reward_model`,
+`bench.ppo`, `bench.ppo --adv-estimator grpo` (`GRPO_KL_COEF`), `bench.dpo`)."""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, with the workload's defaults filled in (imports neither torch nor TRL)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("workload", choices=("rm", "ppo"))
+    p.add_argument("workload", choices=("rm", "ppo", "grpo", "dpo"))
     p.add_argument("--model", required=True)
-    p.add_argument("--data", help="rm: parquet with chosen_ids / rejected_ids")
+    p.add_argument("--data", help="rm: parquet with chosen_ids / rejected_ids; dpo: prompt_ids / chosen_ids / "
+                                  "rejected_ids (completions after the prompt)")
     p.add_argument("--reward-model", help="ppo: reward model directory")
-    p.add_argument("--prompts", help="ppo: parquet with prompt_ids")
+    p.add_argument("--prompts", help="ppo: parquet with prompt_ids; grpo: prompt / ground_truth / prompt_ids")
+    p.add_argument("--n", type=int, default=4, help="grpo: samples per prompt (num_generations)")
+    p.add_argument("--beta", type=float, default=None, help="grpo: KL loss coefficient (0.04); dpo: beta (0.1)")
     p.add_argument("--batch-size", "--batch", dest="batch", type=int, default=16)
     p.add_argument("--response-length", type=int, default=32)
     p.add_argument("--epochs", type=int, default=1, help="ppo: PPO epochs per batch")
@@ -194,18 +347,25 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     args.batch_size = args.batch
+    lr, beta = DEFAULTS[args.workload]
+    args.lr = lr if args.lr is None else args.lr
+    args.beta = beta if args.beta is None else args.beta
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
     import torch
     import transformers
     import trl
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.lr is None:
-        args.lr = 1e-4 if args.workload == "rm" else 1e-6
     result = {"bench": f"trl_{args.workload}", "trl": trl.__version__, "transformers": transformers.__version__,
               "torch": torch.__version__, "threads": torch.get_num_threads(), "dtype": args.dtype,
               "gradient_checkpointing": args.gradient_checkpointing}
-    result.update(run_rm(args) if args.workload == "rm" else run_ppo(args))
+    runners = {"rm": run_rm, "ppo": run_ppo, "grpo": run_grpo, "dpo": run_dpo}
+    result.update(runners[args.workload](args))
     print(json.dumps(result) if args.json else result, flush=True)
     return result
 

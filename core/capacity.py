@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import bindparam, delete, select
 from sqlalchemy.orm import Session
 
 from core.clock import db_now, db_now_sql
@@ -220,11 +220,15 @@ def publish(db: Session, source: str, nodes: Sequence[Node]) -> None:
     db.commit()
 
 
+_FRESH_NODES = select(ClusterNode).where(
+    ClusterNode.observed_at >= bindparam("cutoff", type_=ClusterNode.observed_at.type)).order_by(ClusterNode.node_id)
+"""Built once (every job create reads it): its cache key is computed once."""
+
+
 def fresh_nodes(db: Session, max_age_s: float = STALE_S) -> list[Node] | None:
     """The nodes published within `max_age_s` (database clock); None when there are none."""
     cutoff = db_now(db) - timedelta(seconds=max_age_s)
-    rows = db.scalars(select(ClusterNode).where(ClusterNode.observed_at >= cutoff)
-                      .order_by(ClusterNode.node_id)).all()
+    rows = db.scalars(_FRESH_NODES, {"cutoff": cutoff}).all()
     return [Node(r.node_id, r.node_ip, r.cpus_total, r.cpus_available, r.gpus_total, r.gpus_available)
             for r in rows] or None
 

@@ -33,9 +33,12 @@ def _db_now_sqlite(element, compiler, **kw) -> str:
     return "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 
 
+_NOW = select(db_now_sql())  # built once: its cache key is computed once
+
+
 def db_now(db: Session) -> datetime:
     """The database server's current time (aware, UTC)."""
-    value = db.scalar(select(db_now_sql()))
+    value = db.scalar(_NOW)
     if isinstance(value, str):  # SQLite hands back the text
         value = datetime.fromisoformat(value)
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)

@@ -85,6 +85,16 @@ class Settings(BaseSettings):
     """How long one webhook delivery may take; slower is a failed attempt."""
     OUTBOX_POLL_S: float = Field(default=1.0, gt=0)
     """How often a worker scans new job events for webhooks and integrations and sends what is due."""
+    ALLOW_PYTHON_GRADERS: bool = False
+    """Run OpenAI `python` graders (user code, in a sandboxed process per batch: docs/openai.md#graders).
+    Off: such a grader is a 400 `python_graders_disabled` (422 on `/v1/jobs`), and a queued job with one
+    fails."""
+    PYTHON_GRADER_CPU_S: float = Field(default=10.0, gt=0)
+    """CPU seconds a python grader may spend on one sample; beyond, the sample scores 0."""
+    PYTHON_GRADER_TIMEOUT_S: float = Field(default=30.0, gt=0)
+    """Wall-clock seconds a python grader may spend on one sample; beyond, the sample scores 0."""
+    PYTHON_GRADER_MEMORY_MB: int = Field(default=2048, ge=256)
+    """Address space of a python grader's process (a bigger allocation is a MemoryError)."""
     MLFLOW_TRACKING_URI_PREFIXES: list[str] = Field(default_factory=list)
     """MLflow tracking URIs jobs may name besides http(s) ones on public addresses, as prefixes (JSON list,
     e.g. `["http://mlflow.internal:5000", "file:///srv/mlruns"]`): an internal server or a shared directory."""
@@ -124,6 +134,14 @@ class Settings(BaseSettings):
     @property
     def storage_url(self) -> str:
         return self.STORAGE_URL or str(self.home / "artifacts")
+
+    @property
+    def python_grader_limits(self) -> dict[str, float] | None:
+        """What the engine gets for python graders (`engine.grading.sandbox.Limits`); None: disabled."""
+        if not self.ALLOW_PYTHON_GRADERS:
+            return None
+        return {"cpu_s": self.PYTHON_GRADER_CPU_S, "wall_s": self.PYTHON_GRADER_TIMEOUT_S,
+                "memory_mb": self.PYTHON_GRADER_MEMORY_MB}
 
     @property
     def model_roots(self) -> list[str]:

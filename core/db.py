@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
+from weakref import WeakKeyDictionary
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
@@ -32,8 +33,17 @@ def get_engine(url: str | None = None) -> Engine:
     return create_engine(url, pool_pre_ping=True, pool_size=20, max_overflow=20)
 
 
+_FACTORIES: WeakKeyDictionary[Engine, sessionmaker[Session]] = WeakKeyDictionary()
+
+
 def session_factory(url: str | None = None) -> sessionmaker[Session]:
-    return sessionmaker(get_engine(url), expire_on_commit=False)
+    """One `sessionmaker` per engine: making one defines a Session subclass and sets up its event
+    dispatch (about 50 listener slots), far too slow to do per request."""
+    engine = get_engine(url)
+    factory = _FACTORIES.get(engine)
+    if factory is None:
+        factory = _FACTORIES[engine] = sessionmaker(engine, expire_on_commit=False)
+    return factory
 
 
 @contextmanager

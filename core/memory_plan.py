@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -117,7 +118,21 @@ class Architecture:
     @classmethod
     def from_dir(cls, path: str | Path) -> Architecture | None:
         """The architecture of a model directory (None: no readable config.json there); the exact
-        count from its safetensors headers when they can be read."""
+        count from its safetensors headers when they can be read. Remembered while the directory's
+        config.json and weight files keep their size and modification time (every job create and
+        dry run asks, and a large model's headers take milliseconds to parse)."""
+        stamp = _dir_stamp(path)
+        if stamp is not None and (hit := _ARCHITECTURES.get(str(path))) is not None and hit[0] == stamp:
+            return hit[1]
+        arch = cls._read_dir(path)
+        if stamp is not None:
+            if len(_ARCHITECTURES) >= 256:
+                _ARCHITECTURES.clear()
+            _ARCHITECTURES[str(path)] = (stamp, arch)
+        return arch
+
+    @classmethod
+    def _read_dir(cls, path: str | Path) -> Architecture | None:
         config = read_config(path)
         if config is None:
             return None
@@ -159,6 +174,24 @@ class Architecture:
         h, i = self.hidden_size, self.intermediate_size
         shapes = [(h, self.q_dim), (h, self.kv_dim), (h, self.kv_dim), (self.q_dim, h), (h, i), (h, i), (i, h)]
         return self.num_hidden_layers * rank * sum(a + b for a, b in shapes)
+
+
+_ARCHITECTURES: dict[str, tuple[tuple, Architecture | None]] = {}
+
+
+def _dir_stamp(path: str | Path) -> tuple | None:
+    """What `Architecture.from_dir` reads, by (name, inode, size, mtime): a changed, added or removed
+    file changes it. None when the directory cannot be listed."""
+    files = []
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.name == "config.json" or entry.name.endswith(".safetensors"):
+                    st = entry.stat()
+                    files.append((entry.name, st.st_ino, st.st_size, st.st_mtime_ns))
+    except OSError:
+        return None
+    return tuple(sorted(files))
 
 
 def read_config(path: str | Path) -> dict[str, Any] | None:

@@ -178,6 +178,8 @@ class Model(Base):
     id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("model"))
     project_id: Mapped[str] = mapped_column(ForeignKey("project.id", ondelete="CASCADE"), index=True)
     job_id: Mapped[str | None] = mapped_column(ForeignKey("job.id", ondelete="SET NULL"), default=None)
+    trainer_id: Mapped[str | None] = mapped_column(ForeignKey("trainer.id", ondelete="SET NULL"), default=None)
+    """The trainer whose `save_state` / `save_weights_for_sampler` wrote it (null for job outputs)."""
     name: Mapped[str] = mapped_column(String(200))
     kind: Mapped[str] = mapped_column(String(20))
     """policy | reward_model | value_model"""
@@ -288,3 +290,95 @@ class ProjectSecret(Base):
     value: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Trainer(Base):
+    """An interactive trainer (`/v1/trainers`, docs/trainers.md): a Ray actor holding weights and optimizer
+    state between calls, released when idle and restored from its last save on the next call."""
+
+    __tablename__ = "trainer"
+    __table_args__ = (Index("ix_trainer_status_last_used_at", "status", "last_used_at"),)
+    """The sweeper looks for active trainers idle past their timeout."""
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("trainer"))
+    project_id: Mapped[str] = mapped_column(ForeignKey("project.id", ondelete="CASCADE"), index=True)
+    status: Mapped[str] = mapped_column(String(20), default="active")
+    """active | idle (released after `idle_timeout_s`, state saved) | released (actor gone without a save)
+    | deleted | failed"""
+    model: Mapped[str] = mapped_column(String(500))
+    """The model reference as accepted (model id, checkpoint id, hub id or directory)."""
+    base_model_path: Mapped[str] = mapped_column(String(1000))
+    """`model` resolved when the trainer was created (a location the workers load from, or a hub id)."""
+    lora: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    """`{rank, alpha, target_modules}`; null = full fine-tuning."""
+    resources: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    seed: Mapped[int] = mapped_column(Integer, default=0)
+    dtype: Mapped[str] = mapped_column(String(10), default="float32")
+    idle_timeout_s: Mapped[int] = mapped_column(Integer, default=600)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
+    vocab_size: Mapped[int | None] = mapped_column(Integer, default=None)
+    """From the base model's config.json when the API could read it: token ids are checked against it."""
+    context_window: Mapped[int | None] = mapped_column(Integer, default=None)
+    step: Mapped[int] = mapped_column(Integer, default=0)
+    """Optimizer steps taken (what the actor reported last)."""
+    tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    """Tokens processed by every operation so far (usage)."""
+    state_path: Mapped[str | None] = mapped_column(String(1000), default=None)
+    """The last full save (`save_state`, `load_state`, or the idle release's): where a restore starts."""
+    state_step: Mapped[int | None] = mapped_column(Integer, default=None)
+    """`step` at `state_path`."""
+    auto_saves: Mapped[int] = mapped_column(Integer, default=0)
+    last_op_seq: Mapped[int] = mapped_column(Integer, default=0)
+    """Counter for trainer_operation.seq (bumped atomically with the insert)."""
+    last_event_seq: Mapped[int] = mapped_column(Integer, default=0)
+    lease_owner: Mapped[str | None] = mapped_column(String(200), default=None)
+    lease_until: Mapped[datetime | None] = mapped_column(default=None)
+    """A worker draining the operations holds the trainer until then (database clock), renewing it."""
+    dispatched_at: Mapped[datetime | None] = mapped_column(default=None)
+    """When a drain task was last sent (the sweeper re-sends for work no worker holds)."""
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    created_by: Mapped[str | None] = mapped_column(ForeignKey("api_key.id", ondelete="SET NULL"), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    last_used_at: Mapped[datetime] = mapped_column(default=utcnow)
+    released_at: Mapped[datetime | None] = mapped_column(default=None)
+    """When the actor was last released (idle timeout, DELETE); null while one may hold the state."""
+    deleted_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class TrainerOperation(Base):
+    """One call of a trainer primitive: queued by the API, run in `seq` order by a worker."""
+
+    __tablename__ = "trainer_operation"
+    __table_args__ = (UniqueConstraint("trainer_id", "seq", name="uq_trainer_operation_trainer_id_seq"),
+                      Index("ix_trainer_operation_project_id_created_at", "project_id", "created_at"))
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("op"))
+    trainer_id: Mapped[str] = mapped_column(ForeignKey("trainer.id", ondelete="CASCADE"))
+    project_id: Mapped[str] = mapped_column(ForeignKey("project.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(40))
+    status: Mapped[str] = mapped_column(String(20), default="queued")
+    """queued | running | succeeded | failed"""
+    request: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    """`{code, message, param}`"""
+    tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class TrainerEvent(Base):
+    """A trainer's event log (`trainer.status`, `trainer.operation`, `trainer.model`, `trainer.warning`)."""
+
+    __tablename__ = "trainer_event"
+    __table_args__ = (UniqueConstraint("trainer_id", "seq", name="uq_trainer_event_trainer_id_seq"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+                                    autoincrement=True)
+    trainer_id: Mapped[str] = mapped_column(ForeignKey("trainer.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    type: Mapped[str] = mapped_column(String(40))
+    data: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

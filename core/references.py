@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session
 
 from core.models import Job
 
-ACTIVE_STATUSES = ("queued", "running", "cancelling")
-"""A job in one of these may still load what it references."""
+ACTIVE_STATUSES = ("queued", "running", "cancelling", "pausing", "paused")
+"""A job in one of these may still load what it references (a paused one when it resumes)."""
 
 
 @dataclass(frozen=True)

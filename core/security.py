@@ -11,7 +11,9 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from core import key_cache
 from core.config import settings
+from core.db import get_engine
 from core.models import ApiKey, Project
 
 KEY_PREFIX = "keel_"
@@ -45,10 +47,14 @@ def create_api_key(db: Session, project: Project, *, admin: bool = False, name: 
     return issue_api_key(db, project, admin=admin, name=name)[1]
 
 
+def _well_formed(key: str) -> bool:
+    return key.startswith(KEY_PREFIX) and len(key) <= 200
+
+
 def identify(db: Session, key: str) -> Caller | None:
     """The caller behind an unrevoked key, or None. Every candidate is compared in constant time.
-    Nothing is cached: a revoked key is refused by the very next request."""
-    if not key.startswith(KEY_PREFIX) or len(key) > 200:
+    Reads the database every time (the API goes through `remembered_caller` / `identify_remembering`)."""
+    if not _well_formed(key):
         return None
     digest = hash_key(key)
     rows = db.execute(select(ApiKey.id, ApiKey.admin, ApiKey.hash, Project)
@@ -59,6 +65,31 @@ def identify(db: Session, key: str) -> Caller | None:
         if hmac.compare_digest(stored, digest):
             found = Caller(project=project, key_id=key_id, admin=bool(admin))
     return found
+
+
+def _detached(caller: Caller) -> Caller:
+    """`caller` with a transient copy of its project: what the cache shares between requests holds
+    nothing of the session that loaded it (handlers only read the project's columns)."""
+    p = caller.project
+    return Caller(project=Project(id=p.id, name=p.name, created_at=p.created_at), key_id=caller.key_id,
+                  admin=caller.admin)
+
+
+def remembered_caller(key: str) -> Caller | None:
+    """The caller of `key` from this process's key cache (`core.key_cache`), without touching the
+    database; None when it is not there (then `identify_remembering`)."""
+    if not _well_formed(key):
+        return None
+    cache = key_cache.for_engine(get_engine())
+    return cache.get(hash_key(key)) if cache is not None else None
+
+
+def identify_remembering(db: Session, key: str) -> Caller | None:
+    """`identify`, remembering a valid key in the key cache of `db`'s database."""
+    if not _well_formed(key):
+        return None
+    cache = key_cache.for_engine(db.get_bind().engine)
+    return key_cache.lookup(cache, hash_key(key), lambda: (c := identify(db, key)) and _detached(c))
 
 
 def authenticate(db: Session, key: str) -> Project | None:
@@ -75,6 +106,7 @@ def revoke_api_key(db: Session, project_id: str, key_id: str) -> ApiKey | None:
     if row.revoked_at is None:
         row.revoked_at = datetime.now(UTC)
         db.flush()
+        key_cache.revoked(db)  # every API process forgets its keys when this commits
     return row
 
 

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from core.config import settings
 
 SECRET_PREFIX = "whsec_"
-EVENT_TYPES = ("job.succeeded", "job.failed", "job.cancelled", "job.warning", "job.checkpoint")
+EVENT_TYPES = ("job.succeeded", "job.failed", "job.cancelled", "job.warning", "job.checkpoint", "job.paused")
 
 
 def new_secret() -> str:
@@ -43,6 +43,8 @@ def webhook_type(event_type: str, data: dict[str, Any]) -> str | None:
         return f"job.{status}" if status in ("succeeded", "failed", "cancelled") else None
     if event_type in ("job.warning", "job.checkpoint"):
         return event_type
+    if event_type == "job.status" and data.get("status") == "paused":  # the pause is complete
+        return "job.paused"
     return None
 
 

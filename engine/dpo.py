@@ -127,7 +127,7 @@ class DPOTask:
     data_kind = "preference"
     row_cost = 2  # chosen and rejected: two sequences per pair in a micro-batch
     stat_keys = ("loss_sum", "pairs", "correct", "chosen_reward_sum", "rejected_reward_sum",
-                 "chosen_logp_sum", "rejected_logp_sum", "real_tokens", "padded_tokens")
+                 "chosen_logp_sum", "rejected_logp_sum", "response_tokens", "real_tokens", "padded_tokens")
 
     def __init__(self, request: JobRequest, device: torch.device) -> None:
         self.request, self.cfg, self.device = request, request.config, device
@@ -236,7 +236,7 @@ class DPOTask:
                      "chosen_reward_sum": chosen_rewards.sum().item(),
                      "rejected_reward_sum": rejected_rewards.sum().item(),
                      "chosen_logp_sum": policy[:n].sum().item(), "rejected_logp_sum": policy[n:].sum().item(),
-                     "real_tokens": real, "padded_tokens": computed}
+                     "response_tokens": float(counts.sum()), "real_tokens": real, "padded_tokens": computed}
         return losses.sum(), stats
 
     def metrics(self, stats: Mapping[str, float], split: str) -> dict[str, float]:
@@ -244,7 +244,8 @@ class DPOTask:
         n = max(stats["pairs"], 1.0)
         prefix = "val/" if split == "val" else ""
         chosen, rejected = stats["chosen_reward_sum"] / n, stats["rejected_reward_sum"] / n
-        return {prefix + "rewards/chosen": chosen, prefix + "rewards/rejected": rejected,
+        tokens = {} if split == "val" else {"train/response_tokens": stats["response_tokens"]}
+        return {**tokens, prefix + "rewards/chosen": chosen, prefix + "rewards/rejected": rejected,
                 prefix + "rewards/accuracies": stats["correct"] / n, prefix + "rewards/margins": chosen - rejected,
                 prefix + "logps/chosen": stats["chosen_logp_sum"] / n,
                 prefix + "logps/rejected": stats["rejected_logp_sum"] / n,

@@ -78,3 +78,10 @@ class Cancelled(EngineError):
     """The job was cancelled while running."""
 
     code = "cancelled"
+
+
+class Paused(EngineError):
+    """The job was paused at a step boundary; its newest checkpoint (saved on the way out) is where
+    it resumes. `data["step"]`: the last step trained."""
+
+    code = "paused"

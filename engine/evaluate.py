@@ -53,10 +53,10 @@ from engine.config import (
     ResultFile,
 )
 from engine.data import PromptExample, load_rows, tokenize_prompts
-from engine.errors import Cancelled, ConfigError
+from engine.errors import Cancelled, ConfigError, Paused
 from engine.models import load_tokenizer
 from engine.reporting import Reporter
-from engine.rewards import PER_ROW, resolve_rule_rewards
+from engine.rewards import rule_reward_kwargs
 from engine.rollout import row_seed
 
 RESULTS_NAME = "eval_results.jsonl"
@@ -101,10 +101,7 @@ class Evaluation:
         spec = dict(self.request.reward or {})
         if spec.get("model_path"):
             return {"model_path": spec["model_path"]}
-        functions = resolve_rule_rewards(spec, [p.data_source for p in self.prompts])
-        name = spec.get("function") or PER_ROW
-        return {"functions": functions, "function": None if name == PER_ROW else name,
-                "options": dict(spec.get("options") or {})}
+        return rule_reward_kwargs(spec, [p.data_source for p in self.prompts])
 
     def _reward_config(self) -> PPOConfig:
         """The `PPOConfig` the `Reward` role reads: the dtype, and a token budget that holds a row."""
@@ -157,6 +154,8 @@ class Evaluation:
             for b in range(batches):
                 if self.reporter.should_stop():
                     raise Cancelled(f"cancelled after batch {b} of {batches}", data={"batch": b})
+                if self.reporter.should_pause():  # no checkpoints: a resumed evaluation starts over
+                    raise Paused(f"paused after batch {b} of {batches}", data={"step": None, "batch": b})
                 self.reporter.heartbeat(b + 1)  # each batch is a step of the watchdog
                 samples += self._batch(range(b * size, min((b + 1) * size, len(self.prompts))))
                 self.reporter.log(f"eval batch {b + 1}/{batches}: {len(samples)} samples scored")

@@ -145,6 +145,7 @@ def step_metrics(cfg: PPOConfig, rollout: dict[str, Any], adv: dict[str, Any], u
         "response_length/clip_ratio": float((resp_len >= cfg.data.max_response_length).float().mean()),
         "prompt_length/mean": float(batch["prompt_lens"][new].float().mean()),
         "perf/total_num_tokens": float(lengths.sum() + batch["prompt_lens"].sum()),
+        "train/response_tokens": float(lengths.sum()),  # every row the update trains on, replayed ones too
         **rollout["timing"],
         "timing_s/adv": adv["seconds"],
     })

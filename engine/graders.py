@@ -1,6 +1,6 @@
-"""OpenAI-style graders, evaluated in pure Python: the rule reward of reinforcement fine-tuning.
+"""OpenAI-style graders: the reward of reinforcement fine-tuning, and `graders/run`.
 
-A grader is a JSON object (OpenAI's shapes):
+A grader is a JSON object (OpenAI's shapes; validation in engine/grading/spec.py names the bad field):
 
 - `string_check`: `{"type", "name", "input", "reference", "operation": eq | ne | like | ilike}` -> 1.0 or
   0.0 (`like`: `reference` occurs in `input`; `ilike`: the same, ignoring case).
@@ -9,293 +9,236 @@ A grader is a JSON object (OpenAI's shapes):
   and stem matches only: WordNet synonyms are not available offline), `rouge_1` .. `rouge_5`, `rouge_l`
   (rouge-score, F-measure). `cosine` needs an embedding model and is refused.
 - `multi`: `{"type", "name", "graders": {name: grader}, "calculate_output": "0.5 * a + 0.5 * b"}`: the
-  formula is parsed with `ast` and may use numbers, the graders' names, `+ - * / **`, unary signs and
-  `min`, `max`, `abs`, `round` (never `eval`).
-- `python` and `score_model`: not evaluated here yet (refused by `validate`).
+  formula is parsed with `ast` (engine/grading/formula.py) and may use numbers, the graders' names,
+  `+ - * / **`, unary signs and `min`, `max`, `abs`, `round` (never `eval`). A member that fails fails
+  the sample.
+- `python`: `{"type", "name", "source", "image_tag"?}`: `grade(sample, item)` of the source, in a fresh
+  sandboxed process per batch (engine/grading/sandbox.py and sandboxed.py: resource limits, user+net
+  namespaces, Landlock, seccomp, an audit hook). Off unless the deployment allows it
+  (`KEEL_ALLOW_PYTHON_GRADERS`; the worker passes `Context.python`): else `python_graders_disabled`.
+  `image_tag` is accepted and ignored (the worker's own Python runs the grader).
+- `score_model`: `{"type", "name", "model", "input": [messages], "range"?, "sampling_params"?}`: a Keel
+  model scores the sample: a reward model's scalar through a sigmoid into `range`, or a policy used as
+  a judge whose first number, clamped to `range`, is the score (engine/grading/score_model.py). The
+  model is loaded once per process and reused for every batch.
 
 Templates: `{{sample.output_text}}` (the response), `{{sample.output_json.<field>}}`, and
 `{{item.<field>}}` (a field of the dataset row, dotted for nested objects). A field that is missing is
 a `GraderError` whose `param` names the template.
 
+A sample a grader cannot score (a missing field, a python grader that raises, returns something that is
+not a finite number or exceeds a limit, a judge without a number) scores 0.0, with the reason in
+`Result.error`: OpenAI's error flags (`errors_object`) in `graders/run`'s `metadata.errors`.
+
 The reward function `grader` (registered in engine.rewards) takes the grader as the JSON string option
-`grader` and the dataset row as JSON in `ground_truth`. `python -m engine.graders` reads
-`{"op": "validate" | "run", "grader", "item", "model_sample"}` on stdin and writes the result as JSON:
-how the API validates and runs graders without importing the engine.
+`grader` and the dataset row as JSON in `ground_truth` (a `ground_truth` that is not a JSON object is
+the item `{"ground_truth": ...}`); the PPO Reward role scores whole batches with `job_grader`.
+`python -m engine.graders` reads `{"op": "validate" | "run", "grader", "item", "model_sample",
+"python": limits | null, "models": {model: path}}` on stdin and writes the result as JSON: how the API
+validates and runs graders without importing the engine.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import math
-import re
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
-TYPES = ("string_check", "text_similarity", "multi", "python", "score_model")
-OPERATIONS = ("eq", "ne", "like", "ilike")
-METRICS = ("fuzzy_match", "bleu", "gleu", "meteor", "rouge_1", "rouge_2", "rouge_3", "rouge_4", "rouge_5",
-           "rouge_l")
-_UNSUPPORTED_METRICS = {"cosine": "needs an embedding model, which Keel does not run for graders"}
-_FIELDS = {
-    "string_check": ({"type", "name", "input", "reference", "operation"}, set()),
-    "text_similarity": ({"type", "name", "input", "reference", "evaluation_metric"}, {"pass_threshold"}),
-    "multi": ({"type", "name", "graders", "calculate_output"}, set()),
-}
-"""(required, optional) fields per supported type."""
-_TEMPLATE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
-_PATH = re.compile(r"(sample|item)(\.[A-Za-z0-9_\-]+)+")
-_FUNCTIONS = {"min": min, "max": max, "abs": abs, "round": round}
-MAX_DEPTH = 4
-"""`multi` graders nest at most this deep."""
+from engine.errors import ConfigError
+from engine.grading.formula import evaluate, parse_formula
+from engine.grading.sandbox import Limits, run_python
+from engine.grading.similarity import similarity, string_check
+from engine.grading.spec import (
+    METRICS,
+    OPERATIONS,
+    TYPES,
+    GraderError,
+    item_fields,
+    model_refs,
+    render,
+    render_messages,
+    template_refs,
+    validate,
+)
 
+__all__ = ["METRICS", "OPERATIONS", "TYPES", "Context", "Grader", "GraderError", "Limits", "Result", "grade",
+           "grader_reward", "item_fields", "item_of", "job_grader", "model_refs", "render", "run", "sample_of",
+           "similarity", "template_refs", "validate"]
 
-class GraderError(Exception):
-    """A bad grader, or a template naming a field the sample or item lacks; `param` is the field."""
-
-    def __init__(self, message: str, param: str = "grader") -> None:
-        super().__init__(message)
-        self.message, self.param = message, param
-
-
-# --- validation ------------------------------------------------------------------------------------
-
-def validate(spec: Any, param: str = "grader", depth: int = 0) -> None:
-    """Raise GraderError naming the first bad field."""
-    if not isinstance(spec, dict):
-        raise GraderError("must be an object", param)
-    kind = spec.get("type")
-    if kind not in TYPES:
-        raise GraderError(f"unknown grader type {kind!r}; supported: {', '.join(_FIELDS)}", f"{param}.type")
-    if kind in ("python", "score_model"):
-        raise GraderError(f"{kind} graders are not supported by this Keel deployment yet", f"{param}.type")
-    required, optional = _FIELDS[kind]
-    for key in sorted(required - set(spec)):
-        raise GraderError("missing", f"{param}.{key}")
-    for key in sorted(set(spec) - required - optional):
-        raise GraderError(f"unknown field for a {kind} grader", f"{param}.{key}")
-    if not isinstance(spec["name"], str):
-        raise GraderError("must be a string", f"{param}.name")
-    if kind == "multi":
-        _validate_multi(spec, param, depth)
-        return
-    for key in ("input", "reference"):
-        if not isinstance(spec[key], str):
-            raise GraderError("must be a string (a template)", f"{param}.{key}")
-        template_refs(spec[key], f"{param}.{key}")
-    if kind == "string_check" and spec["operation"] not in OPERATIONS:
-        raise GraderError(f"must be one of {', '.join(OPERATIONS)}", f"{param}.operation")
-    if kind == "text_similarity":
-        metric = spec["evaluation_metric"]
-        if metric in _UNSUPPORTED_METRICS:
-            raise GraderError(f"{metric!r} is not supported: {_UNSUPPORTED_METRICS[metric]}",
-                              f"{param}.evaluation_metric")
-        if metric not in METRICS:
-            raise GraderError(f"must be one of {', '.join(METRICS)}", f"{param}.evaluation_metric")
+ERROR_FLAGS = ("formula_parse_error", "sample_parse_error", "truncated_observation_error",
+               "unresponsive_reward_error", "invalid_variable_error", "other_error", "python_grader_server_error",
+               "python_grader_runtime_error", "model_grader_server_error", "model_grader_refusal_error",
+               "model_grader_parse_error")
+"""OpenAI's boolean error fields of `metadata.errors`."""
+REWARD_PARAM = "method.reward.options.grader"
 
 
-def _validate_multi(spec: dict[str, Any], param: str, depth: int) -> None:
-    if depth >= MAX_DEPTH:
-        raise GraderError(f"multi graders nest at most {MAX_DEPTH} deep", param)
-    graders = spec["graders"]
-    if not isinstance(graders, dict) or not graders:
-        raise GraderError("must be a non-empty object of named graders", f"{param}.graders")
-    for name, sub in graders.items():
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in _FUNCTIONS:
-            raise GraderError("grader names must be identifiers (and not min, max, abs or round)",
-                              f"{param}.graders.{name}")
-        validate(sub, f"{param}.graders.{name}", depth + 1)
-    if not isinstance(spec["calculate_output"], str):
-        raise GraderError("must be a string", f"{param}.calculate_output")
-    _formula(spec["calculate_output"], frozenset(graders), f"{param}.calculate_output")
+@dataclass(frozen=True)
+class Context:
+    """What a grader may use beyond its JSON: `python` limits (None: python graders are disabled),
+    `models` (score_model `model` -> a local directory, or a URL `stage` makes local), and the device
+    and dtype score models run in."""
+
+    python: Limits | None = None
+    models: Mapping[str, str] = field(default_factory=dict)
+    device: Any = "cpu"
+    dtype: str = "float32"
+    stage: Callable[[str], str] | None = None
+
+    @classmethod
+    def from_grading(cls, grading: Mapping[str, Any] | None, **kwargs: Any) -> Context:
+        """From the job request's `reward.grading` (`{"python": limits | None, "models": {...}}`)."""
+        grading = grading or {}
+        python = grading.get("python")
+        return cls(python=None if python is None else Limits.from_dict(python),
+                   models=dict(grading.get("models") or {}), **kwargs)
 
 
-def template_refs(template: str, param: str = "template") -> list[tuple[str, ...]]:
-    """The `sample.`/`item.` paths a template reads, as tuples (`("item", "answer")`)."""
-    out = []
-    for m in _TEMPLATE.finditer(template):
-        path = m.group(1)
-        if not _PATH.fullmatch(path):
-            raise GraderError(f"template variable {{{{{path}}}}} must be sample.<field> or item.<field>", param)
-        out.append(tuple(path.split(".")))
-    return out
+@dataclass
+class Result:
+    """One sample's grade: `score` (0.0 when it failed), each named grader's score, the failure
+    (`{"flag", "message", "param"}`) and tokens used per score model."""
+
+    score: float
+    scores: dict[str, float]
+    error: dict[str, Any] | None
+    usage: dict[str, dict[str, int]]
 
 
-def item_fields(spec: dict[str, Any]) -> list[tuple[str, str]]:
-    """(top-level item field, param of the template) for every `{{item.<field>...}}` in a valid grader."""
-    return [(ref[1], param) for param, template in _templates(spec, "grader")
-            for ref in template_refs(template, param) if ref[0] == "item"]
+class _Value(NamedTuple):
+    value: float | None
+    error: dict[str, Any] | None = None
 
 
-def _templates(spec: dict[str, Any], param: str) -> list[tuple[str, str]]:
-    if spec.get("type") == "multi":
-        return [t for name, sub in spec["graders"].items() for t in _templates(sub, f"{param}.graders.{name}")]
-    return [(f"{param}.{k}", spec[k]) for k in ("input", "reference") if isinstance(spec.get(k), str)]
+def _failure(flag: str, message: str, param: str) -> _Value:
+    return _Value(None, {"flag": flag, "message": message, "param": param})
 
 
-# --- the formula of `multi` -----------------------------------------------------------------------
+class Grader:
+    """A validated grader that scores batches. Raises GraderError when `spec` is invalid, uses python
+    graders without `context.python`, or names a model `context.models` lacks."""
 
-_BINARY = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-           ast.Div: lambda a, b: a / b, ast.Pow: lambda a, b: a ** b}
-_UNARY = {ast.UAdd: lambda a: +a, ast.USub: lambda a: -a}
+    def __init__(self, spec: Any, context: Context = Context()) -> None:
+        validate(spec, allow_python=context.python is not None)
+        refs = model_refs(spec)
+        for ref, param in refs:
+            if ref not in context.models:
+                raise GraderError(f"model {ref!r} is not available to this grader", param)
+        self.spec, self.context = spec, context
+        self.models = None
+        if refs:
+            from engine.grading.score_model import ScoreModels
 
+            self.models = ScoreModels(context.models, device=context.device, dtype=context.dtype,
+                                      stage=context.stage)
 
-@lru_cache(maxsize=256)
-def _formula(text: str, names: frozenset[str], param: str) -> ast.Expression:
-    """Parse and check a formula: only numbers, the names, + - * / **, unary signs, min/max/abs/round."""
-    if len(text) > 2000:
-        raise GraderError("at most 2000 characters", param)
-    try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError as e:
-        raise GraderError(f"not a formula: {e.msg}", param) from None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Expression | ast.Load) or type(node) in _BINARY or type(node) in _UNARY:
-            continue
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-            continue
-        if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-            continue
-        if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
-            continue
-        if isinstance(node, ast.Name) and (node.id in names or node.id in _FUNCTIONS):
-            continue
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS
-                and not node.keywords and node.args):
-            continue
-        what = node.id if isinstance(node, ast.Name) else type(node).__name__
-        raise GraderError(f"{what!r} is not allowed: use numbers, the graders' names, + - * / **, "
-                          "min, max, abs and round", param)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id in _FUNCTIONS and not any(
-                isinstance(c, ast.Call) and c.func is node for c in ast.walk(tree)):
-            raise GraderError(f"{node.id!r} must be called", param)
-    return tree
+    def score(self, samples: Sequence[dict[str, Any]], items: Sequence[dict[str, Any]]) -> list[Result]:
+        """One `Result` per (sample, item): samples are `sample_of(text)` dicts, items dataset rows."""
+        scores: list[dict[str, float]] = [{} for _ in samples]
+        usage: list[dict[str, dict[str, int]]] = [{} for _ in samples]
+        values = self._grade(self.spec, "grader", samples, items, scores, usage)
+        return [Result(v.value if v.error is None else 0.0, scores[i], v.error, usage[i])
+                for i, v in enumerate(values)]
 
-
-def _evaluate(node: ast.AST, values: dict[str, float]) -> float:
-    if isinstance(node, ast.Expression):
-        return _evaluate(node.body, values)
-    if isinstance(node, ast.Constant):
-        return float(node.value)
-    if isinstance(node, ast.Name):
-        return values[node.id]
-    if isinstance(node, ast.UnaryOp):
-        return _UNARY[type(node.op)](_evaluate(node.operand, values))
-    if isinstance(node, ast.BinOp):
-        a, b = _evaluate(node.left, values), _evaluate(node.right, values)
-        if isinstance(node.op, ast.Pow) and abs(b) > 64:
-            raise GraderError("exponents are limited to +-64", "calculate_output")
-        return float(_BINARY[type(node.op)](a, b))
-    if isinstance(node, ast.Call):
-        args = [_evaluate(a, values) for a in node.args]
-        return float(_FUNCTIONS[node.func.id](*args))
-    raise GraderError(f"unexpected {type(node).__name__}", "calculate_output")
-
-
-# --- evaluation ------------------------------------------------------------------------------------
-
-def render(template: str, sample: dict[str, Any], item: dict[str, Any], param: str = "template") -> str:
-    """Fill `{{sample.x}}` / `{{item.x.y}}`; a missing field raises GraderError."""
-    roots = {"sample": sample, "item": item}
-
-    def value(m: re.Match[str]) -> str:
-        path = m.group(1).split(".")
-        if not _PATH.fullmatch(m.group(1)):
-            raise GraderError(f"template variable {m.group(0)} must be sample.<field> or item.<field>", param)
-        current: Any = roots[path[0]]
-        for part in path[1:]:
-            if isinstance(current, dict) and part in current:
-                current = current[part]
-            elif isinstance(current, list) and part.isdigit() and int(part) < len(current):
-                current = current[int(part)]
-            else:
-                raise GraderError(f"template field {m.group(1)} is missing", param)
-        if current is None:
-            return ""
-        return current if isinstance(current, str) else json.dumps(current, ensure_ascii=False)
-
-    return _TEMPLATE.sub(value, template)
-
-
-def grade(spec: dict[str, Any], sample: dict[str, Any], item: dict[str, Any], param: str = "grader",
-          scores: dict[str, float] | None = None) -> float:
-    """The grader's score of one sample (`output_text`, `output_json`) for one dataset row."""
-    kind = spec["type"]
-    if kind == "multi":
-        values = {name: grade(sub, sample, item, f"{param}.graders.{name}", scores)
-                  for name, sub in spec["graders"].items()}
-        tree = _formula(spec["calculate_output"], frozenset(spec["graders"]), f"{param}.calculate_output")
-        try:
-            out = _evaluate(tree, values)
-        except (ZeroDivisionError, OverflowError, ValueError, TypeError) as e:
-            raise GraderError(f"calculate_output failed: {e}", f"{param}.calculate_output") from None
-    else:
-        text = render(spec["input"], sample, item, f"{param}.input")
-        reference = render(spec["reference"], sample, item, f"{param}.reference")
-        out = _string_check(spec["operation"], text, reference) if kind == "string_check" \
-            else similarity(spec["evaluation_metric"], text, reference)
-    if scores is not None:
-        scores[spec.get("name") or param] = out
-    return out
-
-
-def _string_check(operation: str, text: str, reference: str) -> float:
-    if operation == "eq":
-        return float(text == reference)
-    if operation == "ne":
-        return float(text != reference)
-    if operation == "like":
-        return float(reference in text)
-    return float(reference.lower() in text.lower())
-
-
-class _NoWordNet:
-    """Stands in for nltk's WordNet in METEOR: no synonym matches (the corpus is not shipped)."""
+    def _grade(self, spec: dict[str, Any], param: str, samples: Sequence[dict[str, Any]],
+               items: Sequence[dict[str, Any]], scores: list[dict[str, float]],
+               usage: list[dict[str, dict[str, int]]]) -> list[_Value]:
+        kind = spec["type"]
+        if kind == "multi":
+            out = self._multi(spec, param, samples, items, scores, usage)
+        elif kind == "python":
+            outcomes = run_python(spec["source"], samples, items, self.context.python)
+            out = [_Value(o.score) if o.error is None else _failure(
+                "python_grader_runtime_error" if o.kind == "runtime" else "python_grader_server_error", o.error,
+                f"{param}.source") for o in outcomes]
+        elif kind == "score_model":
+            out = self._score_model(spec, param, samples, items, usage)
+        else:
+            out = [self._text(spec, kind, param, sample, item) for sample, item in zip(samples, items)]
+        for i, v in enumerate(out):
+            if v.error is None:
+                scores[i][spec.get("name") or param] = v.value
+        return out
 
     @staticmethod
-    def synsets(*_: Any, **__: Any) -> list[Any]:
-        return []
+    def _text(spec: dict[str, Any], kind: str, param: str, sample: dict[str, Any], item: dict[str, Any]) -> _Value:
+        try:
+            text = render(spec["input"], sample, item, f"{param}.input")
+            reference = render(spec["reference"], sample, item, f"{param}.reference")
+        except GraderError as e:
+            return _failure("invalid_variable_error", e.message, e.param)
+        if kind == "string_check":
+            return _Value(string_check(spec["operation"], text, reference))
+        return _Value(similarity(spec["evaluation_metric"], text, reference))
+
+    def _multi(self, spec: dict[str, Any], param: str, samples: Sequence[dict[str, Any]],
+               items: Sequence[dict[str, Any]], scores: list[dict[str, float]],
+               usage: list[dict[str, dict[str, int]]]) -> list[_Value]:
+        members = {name: self._grade(sub, f"{param}.graders.{name}", samples, items, scores, usage)
+                   for name, sub in spec["graders"].items()}
+        tree = parse_formula(spec["calculate_output"], frozenset(spec["graders"]))
+        out = []
+        for i in range(len(samples)):
+            failed = next((v[i].error for v in members.values() if v[i].error is not None), None)
+            if failed is not None:
+                out.append(_Value(None, failed))
+                continue
+            try:
+                value = evaluate(tree, {name: v[i].value for name, v in members.items()})
+            except (ArithmeticError, ValueError, TypeError) as e:
+                out.append(_failure("formula_parse_error", f"calculate_output failed: {e}",
+                                    f"{param}.calculate_output"))
+                continue
+            out.append(_Value(value) if math.isfinite(value) else _failure(
+                "formula_parse_error", f"calculate_output gave {value}", f"{param}.calculate_output"))
+        return out
+
+    def _score_model(self, spec: dict[str, Any], param: str, samples: Sequence[dict[str, Any]],
+                     items: Sequence[dict[str, Any]], usage: list[dict[str, dict[str, int]]]) -> list[_Value]:
+        out: list[_Value | None] = [None] * len(samples)
+        rendered: list[tuple[int, list[dict[str, str]]]] = []
+        for i, (sample, item) in enumerate(zip(samples, items)):
+            try:
+                rendered.append((i, render_messages(spec, sample, item, param)))
+            except GraderError as e:
+                out[i] = _failure("invalid_variable_error", e.message, e.param)
+        if rendered:
+            judged = self.models.score(spec, [m for _, m in rendered],
+                                       [str(samples[i].get("output_text") or "") for i, _ in rendered])
+            for (i, _), j in zip(rendered, judged):
+                tokens = usage[i].setdefault(spec["model"], {"prompt_tokens": 0, "completion_tokens": 0,
+                                                             "total_tokens": 0, "cached_tokens": 0})
+                tokens["prompt_tokens"] += j.prompt_tokens
+                tokens["completion_tokens"] += j.completion_tokens
+                tokens["total_tokens"] += j.prompt_tokens + j.completion_tokens
+                out[i] = _Value(j.score) if j.error is None else _failure(j.kind, j.error, f"{param}.model")
+        return [v if v is not None else _Value(None) for v in out]
 
 
-def similarity(metric: str, text: str, reference: str) -> float:
-    """`text` scored against `reference` by `metric` (one of METRICS), in [0, 1]."""
-    if metric == "fuzzy_match":
-        from rapidfuzz import fuzz
-
-        return fuzz.ratio(text, reference) / 100.0
-    hyp, ref = text.split(), reference.split()
-    if metric == "bleu":
-        from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
-
-        return float(sentence_bleu([ref], hyp, smoothing_function=SmoothingFunction().method1)) if hyp else 0.0
-    if metric == "gleu":
-        from nltk.translate.gleu_score import sentence_gleu
-
-        return float(sentence_gleu([ref], hyp)) if hyp else 0.0
-    if metric == "meteor":
-        from nltk.translate.meteor_score import meteor_score
-
-        return float(meteor_score([ref], hyp, wordnet=_NoWordNet())) if hyp and ref else 0.0
-    kind = "rougeL" if metric == "rouge_l" else "rouge" + metric.removeprefix("rouge_")
-    return float(_rouge(kind).score(reference, text)[kind].fmeasure)
+def errors_object(error: dict[str, Any] | None) -> dict[str, Any]:
+    """OpenAI's `metadata.errors`: every flag, the failure's set; Keel adds `message` and `param`."""
+    out: dict[str, Any] = {flag: False for flag in ERROR_FLAGS}
+    out.update(python_grader_server_error_type=None, python_grader_runtime_error_details=None,
+               model_grader_server_error_details=None)
+    if error is None:
+        return out
+    out[error["flag"]] = True
+    if error["flag"] == "python_grader_runtime_error":
+        out["python_grader_runtime_error_details"] = error["message"]
+    elif error["flag"] == "python_grader_server_error":
+        out["python_grader_server_error_type"] = "sandbox"
+    elif error["flag"] == "model_grader_server_error":
+        out["model_grader_server_error_details"] = error["message"]
+    out.update(message=error["message"], param=error["param"])
+    return out
 
 
-@lru_cache(maxsize=8)
-def _rouge(kind: str) -> Any:
-    from rouge_score import rouge_scorer
-
-    return rouge_scorer.RougeScorer([kind])
-
-
-@lru_cache(maxsize=64)
-def _parsed(grader: str) -> dict[str, Any]:
-    spec = json.loads(grader)
-    validate(spec)
-    return spec
-
+# --- single samples, the rule reward, the job's grader ------------------------------------------------
 
 def sample_of(text: str) -> dict[str, Any]:
     try:
@@ -305,45 +248,91 @@ def sample_of(text: str) -> dict[str, Any]:
     return {"output_text": text, "output_json": output_json}
 
 
+def item_of(ground_truth: str | None) -> dict[str, Any]:
+    """The grader's `item` for a row: its `ground_truth` when that is a JSON object (OpenAI's rows,
+    converted by Keel), else `{"ground_truth": ground_truth}`."""
+    if ground_truth is None:
+        return {}
+    try:
+        item = json.loads(ground_truth)
+    except (TypeError, ValueError):
+        item = None
+    return item if isinstance(item, dict) else {"ground_truth": ground_truth}
+
+
+def grade(spec: dict[str, Any], sample: dict[str, Any], item: dict[str, Any],
+          context: Context = Context()) -> float:
+    """The score of one sample; raises GraderError when the grader cannot score it."""
+    result = Grader(spec, context).score([sample], [item])[0]
+    if result.error is not None:
+        raise GraderError(result.error["message"], result.error["param"])
+    return result.score
+
+
+@lru_cache(maxsize=64)
+def _rule_grader(grader: str) -> Grader:
+    return Grader(json.loads(grader))
+
+
 def grader_reward(response: str, ground_truth: str | None, *, grader: str = "", **_: Any) -> float:
     """Reward function `grader`: the grader (JSON, option `grader`) on the response, with the row
-    (JSON in `ground_truth`) as `item`. A template field missing from a row scores 0.0."""
-    spec = _parsed(grader)
-    item = json.loads(ground_truth) if ground_truth else {}
+    (`item_of(ground_truth)`) as `item`. A sample the grader cannot score scores 0.0. Python and
+    score_model graders need a job's context: the Reward role scores those with `job_grader`."""
+    return _rule_grader(grader).score([sample_of(response)], [item_of(ground_truth)])[0].score
+
+
+def job_grader(options: Mapping[str, Any], grading: Mapping[str, Any] | None, **context: Any) -> Grader:
+    """The grader of a job whose reward is `{"function": "grader", "options": {"grader": json}}`, with the
+    job request's `reward.grading` as its `Context`. A bad or disallowed grader is a ConfigError whose
+    `param` is under `method.reward.options.grader`."""
     try:
-        score = grade(spec, sample_of(response), item if isinstance(item, dict) else {})
-    except GraderError:
-        return 0.0
-    return score if math.isfinite(score) else 0.0
+        spec = json.loads(options.get("grader") or "")
+    except (TypeError, ValueError):
+        raise ConfigError("must be a grader object, as JSON", param=REWARD_PARAM) from None
+    try:
+        return Grader(spec, Context.from_grading(grading, **context))
+    except GraderError as e:
+        raise ConfigError(e.message, code=e.code, param=e.param.replace("grader", REWARD_PARAM, 1)) from None
 
 
 # --- `python -m engine.graders`: the API's way in ---------------------------------------------------
 
 def run(request: dict[str, Any]) -> dict[str, Any]:
-    """OpenAI's `graders/run` and `graders/validate` answers, or `{"error": {message, param}}`."""
+    """OpenAI's `graders/run` and `graders/validate` answers, or `{"error": {message, param, code}}`.
+    `validate` also returns the `item` fields templates read and the score models named."""
     spec = request.get("grader")
+    python = request.get("python")
     try:
-        validate(spec)
+        validate(spec, allow_python=python is not None)
     except GraderError as e:
-        return {"error": {"message": e.message, "param": e.param}}
+        return {"error": {"message": e.message, "param": e.param, "code": e.code}}
     if request.get("op") == "validate":
-        return {"grader": spec, "item_fields": item_fields(spec)}
+        return {"grader": spec, "item_fields": item_fields(spec), "models": model_refs(spec)}
     sample = request.get("model_sample")
     sample = sample_of(sample) if isinstance(sample, str) else sample if isinstance(sample, dict) else sample_of("")
     item = request.get("item") if isinstance(request.get("item"), dict) else {}
-    scores: dict[str, float] = {}
-    errors: dict[str, Any] = {}
-    start = time.perf_counter()
     try:
-        reward = grade(spec, sample, item, scores=scores)
+        grader = Grader(spec, Context(python=None if python is None else Limits.from_dict(python),
+                                      models=request.get("models") or {}, stage=_stager(request.get("storage"))))
     except GraderError as e:
-        reward, errors = 0.0, {"message": e.message, "param": e.param, "formula_parse_error": False,
-                               "sample_parse_error": False}
-    sub = {k: v for k, v in scores.items() if k != spec.get("name")} if spec["type"] == "multi" else {}
-    return {"reward": reward, "sub_rewards": sub, "model_grader_token_usage_per_model": {},
-            "metadata": {"name": spec.get("name"), "type": spec["type"], "errors": errors,
-                         "execution_time": time.perf_counter() - start, "scores": scores,
-                         "token_usage": None, "sampled_model_name": None}}
+        return {"error": {"message": e.message, "param": e.param, "code": e.code}}
+    start = time.perf_counter()
+    result = grader.score([sample], [item])[0]
+    sub = {k: v for k, v in result.scores.items() if k != spec.get("name")} if spec["type"] == "multi" else {}
+    tokens = sum(u["total_tokens"] for u in result.usage.values())
+    return {"reward": result.score, "sub_rewards": sub, "model_grader_token_usage_per_model": result.usage,
+            "metadata": {"name": spec.get("name"), "type": spec["type"], "errors": errors_object(result.error),
+                         "execution_time": time.perf_counter() - start, "scores": result.scores,
+                         "token_usage": tokens or None, "sampled_model_name": next(iter(result.usage), None)}}
+
+
+def _stager(storage: dict[str, Any] | None) -> Callable[[str], str] | None:
+    """Score models kept in a remote store are staged like a job's artifacts."""
+    if not storage:
+        return None
+    from engine.artifacts import Artifacts
+
+    return Artifacts(options=dict(storage.get("options") or {}), cache_dir=storage.get("cache_dir")).stage
 
 
 def _main() -> None:

@@ -14,6 +14,11 @@ outlives a dead caller, so the controller guards itself: when the reporter has s
 `ORPHAN_GRACE_S` and nobody killed it (the caller is gone), it exits on its own. A re-run of the
 same job kills a leftover controller by name before starting a new one.
 
+A pause is not a stop: the caller keeps waiting while the method finishes its step, checkpoints it
+and raises `Paused` (`reporter.should_pause()`). Only a controller that has not returned
+`pause_grace_s` after the request (a hung loop) is killed; `Paused` is raised then too, and the job
+resumes from its newest checkpoint.
+
 Inside the controller the method runs under `engine.watchdog.run_watched`: a step past its timeout,
 or the run past `trainer.max_duration_s`, fails the job even when the loop is hung (the controller
 returns the error; killing it then frees what the hung loop holds).
@@ -34,9 +39,9 @@ from typing import Any
 
 from engine.cluster import code_options, connect
 from engine.config import JobRequest, JobResult
-from engine.errors import Cancelled, ConfigError, EngineError
+from engine.errors import Cancelled, ConfigError, EngineError, Paused
 from engine.reporting import Reporter
-from engine.watchdog import run_watched
+from engine.watchdog import limits, run_watched
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +68,8 @@ CONTROLLER_RESTART_DELAY_S = 5.0
 """Pause before starting it again: time for Ray to mark a lost node dead."""
 ORPHAN_GRACE_S = 15.0
 """A controller told to stop that is still alive this long later has lost its caller: it exits."""
+PAUSE_SAVE_S = 120.0
+"""Beyond one step's timeout, how long a paused loop gets to write its checkpoint (`pause_grace_s`)."""
 
 
 def actor_name(job_id: str) -> str:
@@ -83,6 +90,12 @@ class JobController:
     def run(self, request: JobRequest, reporter: Reporter) -> JobResult:
         threading.Thread(target=self._exit_when_orphaned, args=(reporter,), daemon=True,
                          name="keel-orphan-guard").start()
+        if controller_resources(request)["num_cpus"] == 0:
+            # A driver that reserves no CPUs (its workers do): its own tensor work (advantages,
+            # metrics) takes one thread. A worker trained here sets its own count from its CPUs.
+            import torch
+
+            torch.set_num_threads(1)
         return run_watched(entry_point(request.method), request, reporter)
 
     @staticmethod
@@ -155,11 +168,18 @@ def kill_controller(job_id: str, wait_s: float = 10.0) -> bool:
     return True
 
 
+def pause_grace_s(request: JobRequest) -> float:
+    """How long after a pause request the controller may take to return: the step under way
+    (`guardrails.step_timeout_s`) and its checkpoint."""
+    return limits(request.config)[0] + PAUSE_SAVE_S
+
+
 def run_job(request: JobRequest, reporter: Reporter) -> JobResult:
     """Run `request` with the entry point of `request.method` in the actor `keel-job-<job_id>`.
 
     Raises the method's `EngineError` with its code intact; `Cancelled` when `reporter.should_stop()`
-    turned true (the actor is killed within about `POLL_S` of it); `EngineError(code="worker_lost")`
+    turned true (the actor is killed within about `POLL_S` of it); `Paused` when the method paused
+    (or did not within `pause_grace_s` of `reporter.should_pause()`); `EngineError(code="worker_lost")`
     when the controller process died. With `resources.executor: local` the method runs in this
     process instead (`run_local`).
     """
@@ -191,6 +211,7 @@ def _run_controller(request: JobRequest, reporter: Reporter, deadline: float) ->
     if kill_controller(request.job_id):
         log.warning("killed a leftover controller of job %s", request.job_id)
     actor = _controller_actor().options(**_actor_options(request)).remote()
+    pause_deadline: float | None = None
     try:
         started = actor.__ray_ready__.remote()
         ref = actor.run.remote(request, reporter)
@@ -202,6 +223,11 @@ def _run_controller(request: JobRequest, reporter: Reporter, deadline: float) ->
                 return _result(ref, reporter)
             if reporter.should_stop():
                 raise Cancelled("job cancelled")
+            if pause_deadline is None and reporter.should_pause():
+                pause_deadline = time.monotonic() + pause_grace_s(request)
+            elif pause_deadline is not None and time.monotonic() > pause_deadline:
+                raise Paused(f"the job did not pause within {pause_grace_s(request):.0f} s; its controller was "
+                             "stopped and it resumes from its newest checkpoint", data={"step": None})
             if started is not None and ray.wait([started], timeout=0)[0]:
                 _check_started(started)  # ready, or dead before it was
                 started = None

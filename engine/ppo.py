@@ -10,7 +10,8 @@ One iteration reads like the algorithm (VERL's `ray_trainer.fit`, trimmed)::
 
 Each phase submits work to every role and gathers once (`ray.get` with the step's remaining time:
 the step watchdog); the generated batch travels from the actor to the other roles by object
-reference. `reporter.should_stop()` is checked between phases.
+reference. `reporter.should_stop()` is checked between phases; `reporter.should_pause()` between
+steps (the last finished step is checkpointed, then `Paused` is raised).
 
 Guardrails (`config.guardrails`): after every update, `guardrails/kl` (the k3 estimate of
 KL(pi_new || pi_ref) on the step's samples, from the log-probs the actor's last PPO epoch already
@@ -50,11 +51,11 @@ from engine.cluster import connect
 from engine.config import JobRequest, JobResult, PPOConfig
 from engine.data import PromptExample, load_rows, tokenize_prompts
 from engine.distributed import start_group
-from engine.errors import Cancelled, ConfigError, DataError, Diverged, StepTimeout
+from engine.errors import Cancelled, ConfigError, DataError, Diverged, Paused, StepTimeout
 from engine.guardrails import ReplayBuffer, Verdict, judge_step, overfit_gap, reward_filter_mask
 from engine.models import load_tokenizer
 from engine.reporting import Reporter
-from engine.rewards import PER_ROW, resolve_rule_rewards
+from engine.rewards import rule_reward_kwargs
 from engine.roles.batch import build_batch, concat, select, shard_rows
 from engine.rollout import row_seed, vllm_available
 from engine.watchdog import MaxDurationExceeded
@@ -102,6 +103,13 @@ class PPOTrainer:
             else FixedKLController(ctrl.kl_coef))
         self.replay = ReplayBuffer(cfg.guardrails.reward_filter.replay_buffer_size
                                    if cfg.guardrails.reward_filter.enable else 0)
+        # On-policy: one PPO epoch in one mini-batch, no KL in the reward (the only use of the old
+        # log-probs before the update), the actor updating from step 1, no replayed rows. The update
+        # then starts from the weights that sampled, so its own forward gives the old log-probs; the
+        # actor uses those (detached) and the `old_log_prob` pass is skipped (VERL and TRL do the same).
+        self.on_policy = (cfg.actor.ppo_epochs == 1 and self.num_mini_batches == 1
+                          and not algo.use_kl_in_reward and cfg.trainer.critic_warmup == 0
+                          and not self.replay.capacity)
         self.step = 0
         self.consumed = 0
         self.rollbacks = 0
@@ -135,11 +143,7 @@ class PPOTrainer:
         spec = dict(self.request.reward or {})
         if spec.get("model_path"):
             return {"model_path": spec["model_path"]}
-        sources = [p.data_source for p in self.train + self.val]
-        functions = resolve_rule_rewards(spec, sources)
-        name = spec.get("function") or PER_ROW
-        return {"functions": functions, "function": None if name == PER_ROW else name,
-                "options": dict(spec.get("options") or {})}
+        return rule_reward_kwargs(spec, [p.data_source for p in self.train + self.val])
 
     def _rollout_backend(self) -> str:
         name = self.cfg.rollout.name
@@ -167,7 +171,7 @@ class PPOTrainer:
                                   {"total_steps": self.total_steps, **common}, num_workers=w, data_parallel=True))
         if not self.lora:
             specs.append(RoleSpec("ref", Reference, (cfg, req.model_path), common, num_workers=w))
-        is_model = "model_path" in reward
+        is_model = "model_path" in reward or bool((reward.get("grading") or {}).get("models"))  # score_model
         specs.append(RoleSpec("reward", Reward, (cfg,), {"tokenizer_path": req.model_path, **reward, **common},
                               num_workers=w if is_model else 1, uses_gpu=is_model))
         if req.resources.executor == "local":
@@ -272,7 +276,8 @@ class PPOTrainer:
             refs["scores"].append(roles["reward"].submit(w, "compute_scores", batch, [meta[i] for i in rows]))
             if validate:
                 continue
-            refs["old"].append(roles["actor"].submit(w, "compute_log_prob", batch))
+            if not self.on_policy:
+                refs["old"].append(roles["actor"].submit(w, "compute_log_prob", batch))
             refs["ref"].append(ref_role.submit(w, "compute_ref_log_prob", batch))
             if self.use_critic:
                 refs["values"].append(roles["critic"].submit(w, "compute_values", batch))
@@ -319,13 +324,13 @@ class PPOTrainer:
             resumed_at = self.step
             while self.step < self.total_steps:
                 self._check_stop()
+                if self.reporter.should_pause():
+                    self._save_boundary(resumed_at)
+                    raise Paused(f"paused after step {self.step}", data={"step": self.step})
                 try:
                     self.reporter.heartbeat(self.step + 1)  # starts the step watchdog's clock
                 except MaxDurationExceeded:  # out of time, at a step boundary: keep what was trained
-                    freq = self.cfg.trainer.save_freq
-                    if self.step > resumed_at and not (freq > 0 and self.step % freq == 0):
-                        self._save_checkpoint(self.step, self.final_metrics,
-                                              time.perf_counter() + self.cfg.guardrails.step_timeout_s)
+                    self._save_boundary(resumed_at)
                     raise
                 self._train_step()
             if not self.final_metrics:  # resumed after the last step: report the final validation only
@@ -336,6 +341,13 @@ class PPOTrainer:
                              metrics=dict(self.final_metrics))
         finally:
             self.roles.shutdown()
+
+    def _save_boundary(self, resumed_at: int) -> None:
+        """Checkpoint the last finished step on the way out (pause, time limit), unless it has one."""
+        freq = self.cfg.trainer.save_freq
+        if self.step > resumed_at and not (freq > 0 and self.step % freq == 0):
+            self._save_checkpoint(self.step, self.final_metrics,
+                                  time.perf_counter() + self.cfg.guardrails.step_timeout_s)
 
     def _train_step(self) -> None:
         """One PPO iteration; on a guardrail trip it rolls back instead and the loop retries the step."""
@@ -365,6 +377,9 @@ class PPOTrainer:
         updates, new_log_probs = self._update_phase(step, rollout, adv, deadline)
 
         mask = rollout["batch"]["response_mask"]
+        if adv["current_kl"] is None:  # on-policy: the update's log-probs are the sampling policy's
+            kl = kl_penalty(new_log_probs, rollout["ref"], cfg.algorithm.kl_penalty)
+            adv["current_kl"] = float(masked_mean(kl, mask, dim=-1).mean())
         guard_kl = float(masked_mean(kl_penalty(new_log_probs, rollout["ref"], "low_var_kl"), mask, dim=-1).mean())
         nonfinite = [role for role in ("actor", "critic") if any(u["nonfinite"] for u in updates[role])]
         verdict = judge_step(guard_kl, nonfinite, cfg.guardrails)
@@ -432,7 +447,7 @@ class PPOTrainer:
         inverse[torch.tensor(order)] = torch.arange(len(order))
         result: dict[str, Any] = {
             "batch": select(concat(out["batch"]), inverse),
-            "old": torch.cat([o["log_probs"] for o in out["old"]])[inverse],
+            "old": torch.cat([o["log_probs"] for o in out["old"]])[inverse] if out["old"] else None,
             "ref": torch.cat([o["log_probs"] for o in out["ref"]])[inverse],
             "values": torch.cat([o["values"] for o in out["values"]])[inverse] if self.use_critic else None,
             "scores": torch.cat([o["scores"] for o in out["scores"]])[inverse],
@@ -441,7 +456,7 @@ class PPOTrainer:
             "timing": {
                 "timing_s/gen": max(out["gen"]),
                 "timing_s/snapshot": max((o["time_s"] for o in out["snapshot"]), default=0.0),
-                "timing_s/old_log_prob": max(o["time_s"] for o in out["old"]),
+                **({"timing_s/old_log_prob": max(o["time_s"] for o in out["old"])} if out["old"] else {}),
                 "timing_s/ref": max(o["time_s"] for o in out["ref"]),
                 "timing_s/reward": max(o["time_s"] for o in out["scores"]),
                 **({"timing_s/values": max(o["time_s"] for o in out["values"])} if self.use_critic else {}),
@@ -504,8 +519,9 @@ class PPOTrainer:
             generator = torch.Generator().manual_seed(row_seed(self.request.seed, self.consumed, VAL_STREAM - 1))
             keep[:new_rows] = reward_filter_mask(scores[:new_rows], rollout["uids"][:new_rows], rf.mode, generator)
         loss_mask = mask * keep[:, None]
-        kl = kl_penalty(rollout["old"], rollout["ref"], cfg.algorithm.kl_penalty)
-        current_kl = float(masked_mean(kl, mask, dim=-1).mean())
+        # On-policy there are no old log-probs yet: `_train_step` fills the KL in from the update's.
+        kl = None if rollout["old"] is None else kl_penalty(rollout["old"], rollout["ref"], cfg.algorithm.kl_penalty)
+        current_kl = None if kl is None else float(masked_mean(kl, mask, dim=-1).mean())
         beta = self.kl_ctrl.value
         if cfg.algorithm.use_kl_in_reward:
             rewards = apply_kl_in_reward(token_scores, kl, beta, mask)
@@ -530,11 +546,13 @@ class PPOTrainer:
         log-probs when the actor did not update).
         """
         roles, old = self.roles, rollout["old"]
-        train = dict(rollout["batch"], response_mask=adv["loss_mask"], old_log_probs=old,
+        train = dict(rollout["batch"], response_mask=adv["loss_mask"],
                      ref_log_probs=rollout["ref"], advantages=adv["advantages"], returns=adv["returns"])
+        if old is not None:  # on-policy: the actor takes its own forward's log-probs as the old ones
+            train["old_log_probs"] = old
         if self.use_critic:
             train["values"] = rollout["values"]
-        n = len(old)
+        n = len(rollout["ref"])
         refs: dict[str, list[Any]] = {"actor": [], "critic": []}
         if self.use_critic:
             c_rows, c_sizes = shard_rows(n, self.num_critic_mini_batches, self.num_workers)
@@ -547,7 +565,7 @@ class PPOTrainer:
         updates = self._gather(refs, deadline, "update")
         if not updates["actor"]:
             return updates, old
-        new_log_probs = torch.empty_like(old)
+        new_log_probs = torch.empty_like(rollout["ref"])
         for r, result in zip(a_rows, updates["actor"]):
             new_log_probs[torch.tensor(r)] = result["log_probs"]
         return updates, new_log_probs

@@ -1,4 +1,4 @@
-"""How a running method talks to whoever runs it: metrics, checkpoints, logs, warnings, stop.
+"""How a running method talks to whoever runs it: metrics, checkpoints, logs, warnings, stop, pause.
 
 The service passes an implementation that writes the job's event log; tests and benchmarks use
 `RecordingReporter`. Implementations must be picklable (they travel into Ray actors).
@@ -28,6 +28,10 @@ class Reporter(Protocol):
     def should_stop(self) -> bool:
         """True when the job was cancelled; methods check it between steps."""
 
+    def should_pause(self) -> bool:
+        """True when the job was asked to pause: methods check it between steps, save a checkpoint of
+        the last finished step (unless one exists) and raise `engine.errors.Paused`."""
+
     def placement(self, workers: Sequence[Mapping[str, Any]]) -> None:
         """Where the job's workers landed: `{role, rank, node_id, node_ip, ...}` each."""
 
@@ -40,11 +44,12 @@ class Reporter(Protocol):
 class RecordingReporter:
     """Keeps every report in memory, in order: for tests, benchmarks and the CLI."""
 
-    def __init__(self, stop_after_step: int | None = None) -> None:
+    def __init__(self, stop_after_step: int | None = None, pause_after_step: int | None = None) -> None:
         self.events: list[dict[str, Any]] = []
         self.beats: list[int | None] = []
         """`heartbeat` steps, in order (kept apart from `events`: they are many and carry nothing)."""
         self.stop_after_step = stop_after_step
+        self.pause_after_step = pause_after_step
 
     def _add(self, kind: str, **data: Any) -> None:
         self.events.append({"type": kind, "time": time.time(), **data})
@@ -70,6 +75,10 @@ class RecordingReporter:
     def should_stop(self) -> bool:
         steps = self.steps()
         return self.stop_after_step is not None and bool(steps) and steps[-1] >= self.stop_after_step
+
+    def should_pause(self) -> bool:
+        steps = self.steps()
+        return self.pause_after_step is not None and bool(steps) and steps[-1] >= self.pause_after_step
 
     def of(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e["type"] == kind]

@@ -58,7 +58,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from engine.errors import ConfigError, DataError
-from engine.graders import grader_reward
+from engine.graders import grader_reward, job_grader
 
 RewardFn = Callable[..., float]
 ENTRY_POINT_GROUP = "keel.rewards"
@@ -121,6 +121,21 @@ def resolve_rule_rewards(spec: Mapping[str, Any], data_sources: Iterable[str | N
             out[source] = get_reward(source, param="data_source")
         except ConfigError as err:
             raise DataError(err.message, param="data_source", data={"data_source": source}) from None
+    return out
+
+
+def rule_reward_kwargs(spec: Mapping[str, Any], data_sources: Iterable[str | None]) -> dict[str, Any]:
+    """The `Reward` role's keyword arguments for a rule reward (`resolve_rule_rewards`, the name, the
+    options). For `grader`, the job request's `grading` too (python-grader limits, score-model paths),
+    and the grader is checked here, in the driver: a bad or disallowed one fails the job before any
+    role starts (`ConfigError`, `param` under `method.reward.options.grader`)."""
+    functions = resolve_rule_rewards(spec, data_sources)
+    name = spec.get("function") or PER_ROW
+    out = {"functions": functions, "function": None if name == PER_ROW else name,
+           "options": dict(spec.get("options") or {})}
+    if name == "grader":
+        job_grader(out["options"], spec.get("grading"))
+        out["grading"] = dict(spec.get("grading") or {})
     return out
 
 

@@ -163,9 +163,13 @@ class HFRollout:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         seed_t = torch.tensor([s & _M32 for s in seeds], dtype=torch.int64, device=device)
         eos = torch.tensor(self.eos_token_ids, device=device)
-        batch = input_ids.shape[0]
+        batch, width = input_ids.shape
         finished = torch.zeros(batch, dtype=torch.bool, device=device)
         cache_kw, extra = _forward_kwargs(self.model)
+        static = _static_cache(self.model, width + params.max_new_tokens)
+        if static is not None:  # the mask covers the whole cache from the start; a step fills one slot
+            mask = torch.cat([mask, mask.new_zeros(batch, params.max_new_tokens)], dim=1)
+            extra = {**extra, cache_kw: static, "cache_position": torch.arange(width, device=device)}
         out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
                          **extra)
         next_pos = positions[:, -1] + 1
@@ -177,11 +181,15 @@ class HFRollout:
             finished = finished | torch.isin(token, eos)
             if t == params.max_new_tokens - 1 or bool(finished.all()):
                 break
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            cache = getattr(out, "cache", None)
-            cache = out.past_key_values if cache is None else cache
+            if static is not None:
+                mask[:, width + t] = 1
+                step_kw = {cache_kw: static, "cache_position": torch.tensor([width + t], device=device)}
+            else:
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+                cache = getattr(out, "cache", None)
+                step_kw = {cache_kw: out.past_key_values if cache is None else cache}
             out = self.model(input_ids=token[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                             use_cache=True, **{cache_kw: cache})
+                             use_cache=True, **step_kw)
             next_pos = next_pos + 1
         rows = torch.stack(tokens, dim=1).tolist()
         eos_set = set(self.eos_token_ids)
@@ -190,6 +198,24 @@ class HFRollout:
             end = next((j + 1 for j, tok in enumerate(row) if tok in eos_set), len(row))
             responses.append(row[:end])
         return responses
+
+
+def _static_cache(model: torch.nn.Module, length: int) -> Any:
+    """A KV cache of `length` positions allocated once per generation (transformers' `StaticCache`),
+    or None where this transformers or model has none (then the cache grows step by step). A growing
+    cache concatenates every layer's keys and values at every step, copying O(length^2) in all:
+    about a fifth of generation's CPU time on the demo model (bench.ppo, GRPO workload)."""
+    try:
+        from transformers import StaticCache
+    except ImportError:
+        return None
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if getattr(base.config, "is_encoder_decoder", False):
+        return None
+    try:
+        return StaticCache(config=base.config, max_cache_len=length)
+    except (TypeError, ValueError):  # an older signature (max_batch_size, device, dtype up front)
+        return None
 
 
 def _forward_kwargs(model: torch.nn.Module) -> tuple[str, dict[str, Any]]:

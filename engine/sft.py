@@ -3,6 +3,9 @@
 The loss is the mean negative log-likelihood over every response token of the optimizer step's
 global batch (token-mean, so a long response weighs in proportion to its tokens however the batch
 is cut into micro-batches and workers).
+
+Token accuracy (`train/token_accuracy`, `val/token_accuracy`) is the share of those response tokens
+whose argmax prediction is the target token, from the logits the loss already computed.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ def response_token_count(example: data_lib.SFTExample) -> int:
 
 
 def sft_loss_sum(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 prompt_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                 prompt_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Summed NLL of the response tokens.
 
     Args:
@@ -35,29 +38,38 @@ def sft_loss_sum(model: nn.Module, input_ids: torch.Tensor, attention_mask: torc
         prompt_lens: `(batch,)`; position `t` is a response token when `t >= prompt_len`.
 
     Returns:
-        (NLL summed over response tokens, a scalar; the number of those tokens).
+        (NLL summed over response tokens, a scalar; the number of those tokens; how many of them the
+        logits' argmax predicts, a detached count).
     """
     if packing.enabled(model):
         return _packed_loss_sum(model, packing.pack_padded(input_ids, attention_mask), prompt_lens)
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
     # Position t predicts token t + 1.
-    logp = log_probs_from_logits(logits[:, :-1].float(), input_ids[:, 1:])
+    targets = input_ids[:, 1:]
+    logp = log_probs_from_logits(logits[:, :-1].float(), targets)
     positions = torch.arange(1, input_ids.shape[1], device=input_ids.device)
     mask = (positions[None, :] >= prompt_lens[:, None]) & attention_mask[:, 1:].bool()
     nll = torch.where(mask, -logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
-    return nll.sum(), mask.sum()
+    return nll.sum(), mask.sum(), _correct(logits[:, :-1], targets, mask)
 
 
 def _packed_loss_sum(model: nn.Module, packed: packing.Packed,
-                     prompt_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                     prompt_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`sft_loss_sum` on one packed row: token k predicts token k + 1 when both are in the same
     sequence and k + 1 is a response token."""
     logits = model(**packed.model_inputs()).logits[0]
-    logp = log_probs_from_logits(logits[:-1].float(), packed.input_ids[0, 1:])
+    targets = packed.input_ids[0, 1:]
+    logp = log_probs_from_logits(logits[:-1].float(), targets)
     rows, cols = packed.padded_index(logp.device)
     mask = (rows[1:] == rows[:-1]) & (cols[1:] >= prompt_lens[rows[1:]])
     nll = torch.where(mask, -logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
-    return nll.sum(), mask.sum()
+    return nll.sum(), mask.sum(), _correct(logits[:-1], targets, mask)
+
+
+@torch.no_grad()
+def _correct(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Masked positions whose argmax prediction is the target: `logits` `(..., vocab)`, the rest `(...)`."""
+    return ((logits.argmax(-1) == targets) & mask).sum()
 
 
 class SFTTask:
@@ -65,7 +77,7 @@ class SFTTask:
 
     data_kind = "sft"
     row_cost = 1
-    stat_keys = ("loss_sum", "tokens", "real_tokens", "padded_tokens")
+    stat_keys = ("loss_sum", "tokens", "correct", "real_tokens", "padded_tokens")
 
     def __init__(self, request: JobRequest, device: torch.device) -> None:
         self.request, self.cfg, self.device = request, request.config, device
@@ -94,17 +106,18 @@ class SFTTask:
     def forward(self, model: nn.Module, examples: Sequence[data_lib.SFTExample]) -> tuple[torch.Tensor, dict]:
         ids, mask = data_lib.pad([e.input_ids for e in examples], self.pad_id)
         prompt_lens = torch.tensor([e.prompt_len for e in examples])
-        loss_sum, tokens = sft_loss_sum(model, ids.to(self.device), mask.to(self.device),
-                                        prompt_lens.to(self.device))
+        loss_sum, tokens, correct = sft_loss_sum(model, ids.to(self.device), mask.to(self.device),
+                                                 prompt_lens.to(self.device))
         computed = mask.sum() if packing.enabled(model) else mask.numel()  # packed: no padding
-        return loss_sum, {"loss_sum": loss_sum.item(), "tokens": float(tokens),
+        return loss_sum, {"loss_sum": loss_sum.item(), "tokens": float(tokens), "correct": float(correct),
                           "real_tokens": float(mask.sum()), "padded_tokens": float(computed)}
 
     def metrics(self, stats: Mapping[str, float], split: str) -> dict[str, float]:
-        loss = stats["loss_sum"] / max(stats["tokens"], 1.0)
+        tokens = max(stats["tokens"], 1.0)
+        loss, accuracy = stats["loss_sum"] / tokens, stats["correct"] / tokens
         if split == "val":
-            return {"val/loss": loss}
-        return {"train/loss": loss, "train/response_tokens": stats["tokens"]}
+            return {"val/loss": loss, "val/token_accuracy": accuracy}
+        return {"train/loss": loss, "train/token_accuracy": accuracy, "train/response_tokens": stats["tokens"]}
 
 
 def run_sft(request: JobRequest, reporter: Reporter) -> JobResult:

@@ -1,7 +1,7 @@
 """The supervised training loop shared by SFT, reward-model training and reward-model distillation.
 
 One driver loop, read top to bottom: prepare, set up, resume, then per step: train, validate when
-due, report, checkpoint when due, stop when cancelled; finally check the method's gate and save.
+due, report, checkpoint when due, stop when cancelled (checkpoint, then stop, when paused); finally check the method's gate and save.
 The per-method parts (which model, how examples are tokenized, the loss) live in a `Task` class;
 the data-parallel worker (`SupervisedWorker`) is a plain class, run in-process for one worker or as
 Ray actors for several (`engine.distributed`).
@@ -44,6 +44,7 @@ from engine.checkpoint import (
 )
 from engine.config import JobRequest, JobResult
 from engine.distributed import (
+    TorchThreads,
     all_reduce_grads,
     all_reduce_sum,
     destroy_process_group,
@@ -52,8 +53,9 @@ from engine.distributed import (
     make_group,
     node_identity,
     rendezvous,
+    worker_threads,
 )
-from engine.errors import Cancelled, ConfigError, DataError
+from engine.errors import Cancelled, ConfigError, DataError, Paused
 from engine.precision import Precision
 from engine.reporting import Reporter
 from engine.schedule import build_optimizer, build_scheduler
@@ -162,8 +164,9 @@ class SupervisedWorker:
         self.request, self.cfg = request, request.config
         self.rank, self.world_size = rank, world_size
         self.device = device_for(request.resources)
-        if world_size > 1:  # a Ray actor: use the CPUs it was given, no more
-            torch.set_num_threads(max(1, int(request.resources.cpus_per_worker)))
+        # The CPUs the worker was given, no more (`worker_threads`), in a Ray actor as in the caller's
+        # process (a single worker), where `shutdown` puts the process's own setting back.
+        self.threads = TorchThreads(worker_threads(request.resources))
         self.task = task_cls(request, self.device)
 
     # group plumbing
@@ -179,6 +182,7 @@ class SupervisedWorker:
     def shutdown(self) -> None:
         if self.world_size > 1:  # in-process, a group this worker did not create is left alone
             destroy_process_group()
+        self.threads.restore()
 
     # set-up
     def prepare(self) -> str | None:
@@ -408,6 +412,8 @@ def run_supervised(request: JobRequest, reporter: Reporter, task_cls: type, *, c
     cfg = request.config
     if reporter.should_stop():
         raise Cancelled("job cancelled before it started")
+    if reporter.should_pause():  # nothing trained in this attempt: its resume point stands
+        raise Paused("job paused before it started", data={"step": None})
     group = make_group(SupervisedWorker, task_cls, request, resources=request.resources,
                        ray_address=request.ray_address, in_process=in_process)
     try:
@@ -445,6 +451,10 @@ def run_supervised(request: JobRequest, reporter: Reporter, task_cls: type, *, c
         for step in range(start + 1, total + 1):
             if reporter.should_stop():
                 raise Cancelled(f"job cancelled before step {step}", data={"step": step})
+            if reporter.should_pause():  # at a step boundary: the checkpoint is the resume point
+                if step - 1 > saved:
+                    save(step - 1)
+                raise Paused(f"job paused after step {step - 1}", data={"step": step - 1})
             try:
                 reporter.heartbeat(step)  # starts the step watchdog's clock for this step
             except MaxDurationExceeded:  # out of time, at a step boundary: keep what was trained

@@ -121,6 +121,9 @@ class WatchedReporter:
     def should_stop(self) -> bool:
         return self.inner.should_stop()
 
+    def should_pause(self) -> bool:
+        return self.inner.should_pause()
+
     def placement(self, workers: Sequence[Mapping[str, Any]]) -> None:
         self.inner.placement(workers)
 

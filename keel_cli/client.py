@@ -29,7 +29,7 @@ from keel_client import (
     stream_events,
 )
 from keel_client.api.files import list_files, upload_file
-from keel_client.api.jobs import cancel_job, create_job, list_jobs, retrieve_job
+from keel_client.api.jobs import cancel_job, create_job, list_jobs, pause_job, resume_job, retrieve_job
 from keel_client.models import JobCreate, JobPublic, Problem, UploadFileFileUpload
 from keel_client.models import UploadFileFileUploadPurpose as Purpose
 from keel_client.types import File, Response
@@ -60,7 +60,7 @@ console = Console()
 err_console = Console(stderr=True)
 
 files_app = typer.Typer(help="Upload and list datasets.", no_args_is_help=True)
-jobs_app = typer.Typer(help="Create, list, watch and cancel training jobs.", no_args_is_help=True)
+jobs_app = typer.Typer(help="Create, list, watch, pause, resume and cancel training jobs.", no_args_is_help=True)
 checkpoints_app = typer.Typer(help="Download checkpoints.", no_args_is_help=True)
 models_app = typer.Typer(help="Download trained models.", no_args_is_help=True)
 
@@ -296,6 +296,22 @@ def jobs_cancel(job_id: str) -> None:
     """Cancel a job (queued: at once; running: it stops at the next step)."""
     with handled():
         job = ok(cancel_job.sync_detailed(job_id, client=make_client(), idempotency_key=str(uuid.uuid4())))
+    typer.echo(f"{job.id} {job.status.value}")
+
+
+@jobs_app.command("pause")
+def jobs_pause(job_id: str) -> None:
+    """Pause a job: it checkpoints its last finished step and gives its resources back (queued: at once)."""
+    with handled():
+        job = ok(pause_job.sync_detailed(job_id, client=make_client(), idempotency_key=str(uuid.uuid4())))
+    typer.echo(f"{job.id} {job.status.value}")
+
+
+@jobs_app.command("resume")
+def jobs_resume(job_id: str) -> None:
+    """Resume a paused job from the checkpoint it paused at."""
+    with handled():
+        job = ok(resume_job.sync_detailed(job_id, client=make_client(), idempotency_key=str(uuid.uuid4())))
     typer.echo(f"{job.id} {job.status.value}")
 
 

@@ -35,6 +35,9 @@ os.environ.update({
     "KEEL_WEBHOOK_TIMEOUT_S": "1",
     # Integrations stay offline and on disk (tests/workers/test_integrations.py), in the Celery worker too.
     "KEEL_MLFLOW_TRACKING_URI_PREFIXES": json.dumps([f"file://{_HOME}"]),
+    # Python graders run (sandboxed) in the API and the session's Celery worker; tests of the refusal turn
+    # it off in the API's process (tests/openai/test_openai_python_graders.py).
+    "KEEL_ALLOW_PYTHON_GRADERS": "1",
     "MLFLOW_ALLOW_FILE_STORE": "true",
     "WANDB_MODE": "offline",
     "WANDB_SILENT": "true",

@@ -14,14 +14,15 @@ CONTROL_QUEUE = f"{settings.QUEUE_NAMESPACE}keel.control"
 celery_app = Celery("keel", broker=settings.broker_url)
 celery_app.conf.update(
     task_default_queue=JOB_QUEUE,
-    task_routes={"keel.run_job": {"queue": JOB_QUEUE}, "keel.cancel_job": {"queue": CONTROL_QUEUE}},
+    task_routes={"keel.run_job": {"queue": JOB_QUEUE}, "keel.cancel_job": {"queue": CONTROL_QUEUE},
+                 "keel.run_trainer": {"queue": JOB_QUEUE}},
     task_acks_late=True,  # a job task is acked only when it finishes: a dead worker's job is redelivered
     task_reject_on_worker_lost=True,
     worker_prefetch_multiplier=1,  # a long job must not hold other jobs hostage in a prefetch buffer
     worker_redirect_stdouts=False,  # Ray's init fails on Celery's stdout logging proxy
     task_ignore_result=True,  # the database is the source of truth, not a result backend
     broker_connection_retry_on_startup=True,
-    imports=("workers.tasks",),
+    imports=("workers.tasks", "workers.trainers"),
 )
 if settings.broker_url.startswith(("redis", "rediss")):
     # Redis redelivers unacked tasks after this long: longer than any job, so only a lost worker

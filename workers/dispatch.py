@@ -1,28 +1,33 @@
 """The one module the API imports from workers: enqueue by task name (no task code imported), and
-ask for a cancel. No torch, ray or engine imports.
+ask for a cancel or a pause. No torch, ray or engine imports.
 
 The job table is the outbox: `job.dispatched_at` stays null until the broker accepted the task. A
 sender first claims the job with a conditional UPDATE (so two senders never both send), then
 publishes, and un-claims it if the broker refused. Whatever is left undispatched, the sweeper
-(`workers.sweeper`) sends later: an accepted job is never lost to a broker outage.
+(`workers.sweeper`) sends later: an accepted job is never lost to a broker outage. The API claims a
+job it creates in the insert itself (`claimed`): no sweeper can have sent a row nobody has seen yet.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 
 from sqlalchemy import or_, update
 
-from core.clock import db_now
+from core.clock import db_now, db_now_sql
 from core.db import session_factory
-from core.models import Job, utcnow
+from core.models import Job, Trainer, utcnow
 from workers.celery_app import JOB_QUEUE, celery_app
 from workers.reporter import transition
 
 log = logging.getLogger(__name__)
 
 RUN_JOB_TASK = "keel.run_job"
+RUN_TRAINER_TASK = "keel.run_trainer"
 _PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 """A down broker answers within about a second, so the API never hangs on it."""
 
@@ -36,10 +41,28 @@ def broker_reachable(timeout: float = 2.0) -> bool:
         return False
 
 
+_CLAIMED: ContextVar[tuple[str, datetime] | None] = ContextVar("keel_dispatch_claimed", default=None)
+
+
+@contextmanager
+def claimed(job_id: str, at: datetime) -> Iterator[None]:
+    """Within this block `enqueue_job(job_id)` only publishes: the job's creator committed it with
+    `dispatched_at = at` (the claim made in the insert: one UPDATE and commit fewer per create). A
+    refused publish still undoes the claim."""
+    token = _CLAIMED.set((job_id, at))
+    try:
+        yield
+    finally:
+        _CLAIMED.reset(token)
+
+
 def enqueue_job(job_id: str) -> bool:
     """Send `keel.run_job(job_id)` after the job's row is committed. False when the broker could not
     be reached: the job stays queued with `dispatched_at` null and the sweeper sends it later.
     True also when someone (a sweeper) already sent it."""
+    claim = _CLAIMED.get()
+    if claim is not None and claim[0] == job_id:
+        return _send_claimed(job_id, claim[1])
     return send_job(job_id) is not False
 
 
@@ -51,11 +74,15 @@ def send_job(job_id: str, *, previous: datetime | None = None) -> bool | None:
     now = utcnow()
     if not _set_dispatched(job_id, previous, now):
         return None
+    return _send_claimed(job_id, now)
+
+
+def _send_claimed(job_id: str, claimed_at: datetime) -> bool:
     try:
         _publish(job_id)
     except Exception as exc:  # noqa: BLE001 - any broker failure: the outbox keeps the job
         log.warning("job %s not dispatched, the broker is unreachable (%s); the sweeper will retry", job_id, exc)
-        _set_dispatched(job_id, now, None)
+        _set_dispatched(job_id, claimed_at, None)
         return False
     return True
 
@@ -94,3 +121,57 @@ def cancel_if_idle(job_id: str, stale_before: datetime) -> bool:
     return transition(job_id, "cancelled", expect=("cancelling",),
                       where=[or_(Job.heartbeat_at.is_(None), Job.heartbeat_at < stale_before)],
                       values={"finished_at": utcnow()}, after=[("job.done", {"status": "cancelled"})])
+
+
+RELEASED = {"worker_id": None, "heartbeat_at": None, "controller_heartbeat_at": None, "dispatched_at": None}
+"""A `paused` job's row: no worker holds it, and a resume sends it afresh (`enqueue_job`)."""
+
+
+def request_pause(job_id: str, *, heartbeat_timeout_s: float | None = None) -> bool:
+    """Act on a job the API has just set to `pausing`.
+
+    A worker running it sees the flag within about a second: the method checkpoints its last step
+    and stops, and the worker marks the job `paused`. A `pausing` job that no worker is running is
+    `paused` here and now (its newest checkpoint is where it resumes). True when this call paused it."""
+    from core.config import settings
+
+    timeout = settings.WORKER_HEARTBEAT_TIMEOUT_S if heartbeat_timeout_s is None else heartbeat_timeout_s
+    with session_factory()() as db:
+        now = db_now(db)
+    return pause_if_idle(job_id, now - timedelta(seconds=timeout))
+
+
+def pause_if_idle(job_id: str, stale_before: datetime) -> bool:
+    """`pausing` -> `paused` when no worker heartbeat is newer than `stale_before`."""
+    return transition(job_id, "paused", expect=("pausing",),
+                      where=[or_(Job.heartbeat_at.is_(None), Job.heartbeat_at < stale_before)], values=RELEASED)
+
+
+def enqueue_trainer(trainer_id: str, *, stale_before: datetime | None = None) -> bool:
+    """Send `keel.run_trainer(trainer_id)` (drain its queued operations, release its actor when it was
+    deleted or idle) unless a worker holds the trainer's lease or a task was sent and not started yet:
+    the holder (or that task) sees whatever is committed before it lets the lease go, since it clears
+    `dispatched_at` together with the lease and looks again after. A task sent before `stale_before`
+    and never started (lost with the broker) is sent again. False when the broker refused (the claim is
+    undone; the sweeper sends it later)."""
+    unsent = Trainer.dispatched_at.is_(None)
+    if stale_before is not None:
+        unsent = or_(unsent, Trainer.dispatched_at < stale_before)
+    with session_factory()() as db:
+        free = or_(Trainer.lease_until.is_(None), Trainer.lease_until < db_now_sql())
+        n = db.execute(update(Trainer).where(Trainer.id == trainer_id, free, unsent)
+                       .values(dispatched_at=utcnow()).execution_options(synchronize_session=False)).rowcount
+        db.commit()
+    if n != 1:
+        return True
+    try:
+        celery_app.send_task(RUN_TRAINER_TASK, args=[trainer_id], queue=JOB_QUEUE, retry=True,
+                             retry_policy=_PUBLISH_RETRY)
+    except Exception as exc:  # noqa: BLE001 - any broker failure: the sweeper sends it later
+        log.warning("trainer %s not dispatched, the broker is unreachable (%s)", trainer_id, exc)
+        with session_factory()() as db:
+            db.execute(update(Trainer).where(Trainer.id == trainer_id).values(dispatched_at=None)
+                       .execution_options(synchronize_session=False))
+            db.commit()
+        return False
+    return True

@@ -36,16 +36,16 @@ from core.models import Checkpoint, Job, JobEvent
 
 log = logging.getLogger(__name__)
 
-ACTIVE = ("running", "cancelling")
+ACTIVE = ("running", "cancelling", "pausing")
 """A worker owns the job and heartbeats it."""
 TERMINAL = ("succeeded", "failed", "cancelled")
 """Never left again."""
 DB_RETRY_BUDGET_S = 60.0
 """How long a write keeps retrying through connection errors before it gives up and raises."""
 STOP_CACHE_S = 1.0
+"""`should_stop` and `should_pause` re-read the job at most this often."""
 HEARTBEAT_S = 5.0
 """Default interval of the controller's heartbeat writes (the service passes `WORKER_HEARTBEAT_S`)."""
-"""`should_stop` re-reads the job at most this often."""
 
 T = TypeVar("T")
 
@@ -146,6 +146,7 @@ class DBReporter:
         self._lock = threading.Lock()
         self._stop_checked = -math.inf
         self._stopping = False
+        self._pausing = False
         self._local_stop: threading.Event | None = None
         self._rate_origin: tuple[int, float] | None = None
         self._redis = None
@@ -247,18 +248,28 @@ class DBReporter:
         """True once the job is `cancelling`, or (with `attempt`) no longer this attempt's to run."""
         if self._local_stop is not None and self._local_stop.is_set():
             return True
+        self._check_status()
+        return self._stopping
+
+    def should_pause(self) -> bool:
+        """True once the job is `pausing` (and still this attempt's)."""
+        self._check_status()
+        return self._pausing and not self._stopping
+
+    def _check_status(self) -> None:
+        """Re-read the job's status into the stop and pause answers, at most every `stop_cache_s`."""
         with self._lock:
             if time.monotonic() - self._stop_checked < self.stop_cache_s:
-                return self._stopping
+                return
             try:
                 with self._session() as db:
                     row = db.execute(select(Job.status, Job.attempts).where(Job.id == self.job_id)).one_or_none()
-            except DBAPIError as exc:  # a blip must not stop a run: keep the last answer
+            except DBAPIError as exc:  # a blip must not stop a run: keep the last answers
                 log.warning("job %s: stop check failed: %s", self.job_id, exc.__class__.__name__)
-                return self._stopping
+                return
             self._stopping = row is None or row.status == "cancelling" or not self._owns(row)
+            self._pausing = row is not None and row.status == "pausing"
             self._stop_checked = time.monotonic()
-            return self._stopping
 
     # --- plumbing ---------------------------------------------------------------------------------
 

@@ -6,6 +6,8 @@ remote one (the engine stages and uploads those itself, `engine.artifacts`).
   export (`core.checkpoints`); an absolute directory -> itself,
   if it lies under a model root; anything else (a hub id) is passed through for the engine to load;
 - file ids -> their locations in the artifact store;
+- a `grader` reward -> `reward.grading`: the python-grader limits of the deployment (or None: disabled)
+  and the locations of its score_model graders' models;
 - hyperparameters -> the method's frozen config (`engine.config.build_config`);
 - outputs: `jobs/<job_id>/output` and `jobs/<job_id>/checkpoints` in the artifact store;
 - `resume_from`: this job's newest checkpoint in its event log (a re-queued job continues where it
@@ -17,6 +19,7 @@ Reference problems raise user errors (`EngineError` with `user_error`): the job 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from pathlib import Path
@@ -31,6 +34,7 @@ from core.models import Checkpoint, File, Job, Model
 from core.storage import COMPLETE_MARKER, get_storage, is_url
 from engine.config import METHOD_CONFIGS, JobRequest, Resources, build_config
 from engine.errors import ConfigError, EngineError, ModelNotAllowed
+from engine.grading.spec import model_refs
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
@@ -74,6 +78,8 @@ def resolve_request(db: Session, job: Job) -> JobRequest:
                                                   "method.reward.model")}
         else:
             reward = {"function": reward_spec.get("function"), "options": dict(reward_spec.get("options") or {})}
+            if reward["function"] == "grader":
+                reward["grading"] = grading(db, job.project_id, reward["options"], roots)
     teacher = method_spec.get("teacher")
     compare_to = method_spec.get("compare_to")
     return JobRequest(
@@ -99,6 +105,19 @@ def resolve_request(db: Session, job: Job) -> JobRequest:
         storage_options=dict(settings.STORAGE_OPTIONS),
         artifact_cache_dir=settings.ARTIFACT_CACHE_DIR or None,
     )
+
+
+def grading(db: Session, project_id: str, options: dict[str, Any], roots: tuple[str, ...]) -> dict[str, Any]:
+    """What a `grader` reward needs besides its JSON: the deployment's python-grader limits (None when
+    `KEEL_ALLOW_PYTHON_GRADERS` is off: the engine then fails a job with a python grader) and the
+    location of each score_model grader's model."""
+    try:
+        spec = json.loads(options.get("grader") or "")
+    except (TypeError, ValueError):
+        spec = None  # the engine reports the bad grader
+    models = {ref: resolve_model(db, project_id, ref, roots, param.replace("grader", "method.reward.options.grader", 1))
+              for ref, param in model_refs(spec)}
+    return {"python": settings.python_grader_limits, "models": models}
 
 
 def resolve_model(db: Session, project_id: str, ref: str, roots: tuple[str, ...], param: str) -> str:

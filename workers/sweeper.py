@@ -4,8 +4,9 @@ Every `SWEEP_INTERVAL_S`:
 
 1. lost workers: a `running` job whose heartbeat is older than `WORKER_HEARTBEAT_TIMEOUT_S` goes
    back to `queued` (`job.warning` worker_lost + `job.status`); the re-run resumes from its newest
-   checkpoint. After `MAX_ATTEMPTS` starts it fails with `worker_lost` instead. A `cancelling` job
-   whose worker died is simply `cancelled`. Heartbeats are written and judged on the database's
+   checkpoint. After `MAX_ATTEMPTS` starts (those that ended in a pause not counted,
+   `workers.pauses`) it fails with `worker_lost` instead. A `cancelling` job whose worker died is
+   simply `cancelled`, a `pausing` one `paused` (it resumes from its newest checkpoint). Heartbeats are written and judged on the database's
    clock (`core.clock`), never a host's. After the database was unreachable, heartbeats are not
    judged for one heartbeat timeout: the workers could not beat during the outage, and need that
    long to beat again once it is back (`Sweeper`).
@@ -18,6 +19,10 @@ Every `SWEEP_INTERVAL_S`:
    not fit, no job after it is sent in that pass (a big job is never overtaken for ever by small
    ones); the jobs left have `queue_reason` `waiting_for_resources`. A job sent long ago that no worker ever took (`REDISPATCH_AFTER_S`: a
    message lost with the broker) is sent again; duplicates are harmless, the task claims a job once.
+
+3. trainers (`workers.trainer_sweeper`): operations lost with their worker fail, and drain tasks are
+   sent for trainers with queued operations no worker holds, deleted ones not yet released, and
+   active ones idle past their `idle_timeout_s`.
 
 Every change is a conditional UPDATE, so any number of sweepers can run at once. `keel up` (and every
 `keel worker`) runs one in a thread of the Celery worker's main process (`workers.tasks`).
@@ -41,8 +46,10 @@ from core.clock import db_now
 from core.config import settings
 from core.db import session_factory
 from core.models import Job, utcnow
-from workers.dispatch import cancel_if_idle, send_job
+from workers.dispatch import cancel_if_idle, pause_if_idle, send_job
+from workers.pauses import pause_history
 from workers.reporter import ACTIVE, transition
+from workers.trainer_sweeper import sweep_trainers
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +66,7 @@ class SweepResult:
     requeued: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
+    paused: list[str] = field(default_factory=list)
     dispatched: list[str] = field(default_factory=list)
 
 
@@ -67,12 +75,13 @@ def sweep_once(*, heartbeat_timeout_s: float | None = None, max_attempts: int = 
     result = (recover_lost_jobs(heartbeat_timeout_s=heartbeat_timeout_s, max_attempts=max_attempts)
               if judge_heartbeats else SweepResult())
     result.dispatched = dispatch_pending(max_running=max_running)
+    sweep_trainers()  # interactive trainers: lost operations, undelivered drains, idle releases
     return result
 
 
 def recover_lost_jobs(*, heartbeat_timeout_s: float | None = None,
                       max_attempts: int = MAX_ATTEMPTS) -> SweepResult:
-    """Re-queue (or fail, or finish cancelling) jobs whose worker stopped heartbeating."""
+    """Re-queue (or fail, or finish cancelling or pausing) jobs whose worker stopped heartbeating."""
     timeout = settings.WORKER_HEARTBEAT_TIMEOUT_S if heartbeat_timeout_s is None else heartbeat_timeout_s
     with session_factory()() as db:
         cutoff = db_now(db) - timedelta(seconds=timeout)
@@ -85,6 +94,10 @@ def recover_lost_jobs(*, heartbeat_timeout_s: float | None = None,
             if cancel_if_idle(row.id, cutoff):
                 result.cancelled.append(row.id)
             continue
+        if row.status == "pausing":
+            if pause_if_idle(row.id, cutoff):
+                result.paused.append(row.id)
+            continue
         outcome = requeue_or_fail(row.id, row.attempts, f"the worker running attempt {row.attempts} stopped "
                                   f"heartbeating for over {timeout:.0f} s", worker_id=row.worker_id,
                                   max_attempts=max_attempts, where=[stale])
@@ -92,9 +105,9 @@ def recover_lost_jobs(*, heartbeat_timeout_s: float | None = None,
             result.requeued.append(row.id)
         elif outcome == "failed":
             result.failed.append(row.id)
-    if result.requeued or result.failed or result.cancelled:
-        log.warning("lost workers: requeued %s, failed %s, cancelled %s", result.requeued, result.failed,
-                    result.cancelled)
+    if result.requeued or result.failed or result.cancelled or result.paused:
+        log.warning("lost workers: requeued %s, failed %s, cancelled %s, paused %s", result.requeued, result.failed,
+                    result.cancelled, result.paused)
     return result
 
 
@@ -104,7 +117,9 @@ def requeue_or_fail(job_id: str, attempt: int, message: str, *, worker_id: str |
     resumes from the newest checkpoint), or `failed` with `worker_lost` once `max_attempts` started.
     Returns the new status, or None when the job had already moved on."""
     fence = [Job.attempts == attempt, *(where or [])]
-    if attempt >= max_attempts:
+    with session_factory()() as db:
+        paused = pause_history(db, job_id).attempts
+    if attempt - paused >= max_attempts:
         error = {"code": "worker_lost", "message": f"{message}; gave up after {attempt} attempts"}
         done = transition(job_id, "failed", expect=("running",), where=fence,
                           values={"error": error, "finished_at": utcnow()}, before=[("job.error", error)],

@@ -40,13 +40,14 @@ from core.models import File, Job, Model, Project, utcnow
 from engine import jobs
 from engine.cluster import connect
 from engine.config import JobResult
-from engine.errors import Cancelled, EngineError
+from engine.errors import Cancelled, EngineError, Paused
 from workers import metrics as worker_metrics
 from workers.capacity import claim_check, start_publisher
 from workers.celery_app import celery_app
-from workers.dispatch import RUN_JOB_TASK, request_cancel
+from workers.dispatch import RELEASED, RUN_JOB_TASK, request_cancel
 from workers.failures import log_details, public_error
 from workers.integrations import IntegrationMirror
+from workers.pauses import pause_history
 from workers.reporter import ACTIVE, TERMINAL, DBReporter, Heartbeat, json_safe, retry_db, transition
 from workers.resolve import resolve_request
 from workers.results import register_files, result_files
@@ -195,16 +196,20 @@ def execute(claim: Claim) -> str:
                 request = resolve_request(db, job)
                 if job.started_at is not None:  # trainer.max_duration_s counts earlier attempts (database clock)
                     used = (db_now(db) - job.started_at.replace(tzinfo=job.started_at.tzinfo or UTC)).total_seconds()
+                    used -= pause_history(db, job_id).seconds  # but not time spent paused
                     request = dataclasses.replace(request, time_used_s=max(0.0, used))
                 model_name = output_model_name(db, job)
             result = jobs.run_job(request, reporter)
             files = result_files(job, result)
         except Cancelled:
             return finish_cancelled(claim)
+        except Paused as err:
+            return finish_paused(claim, err.data.get("step"))
         except EngineError as err:
             if err.code == "worker_lost":  # its message may name hosts: tenants get a generic one
                 message = f"the job's Ray controller was lost (error id {log_details(job_id, err.code, err)})"
-                return requeue_or_fail(job_id, claim.attempt, message) or "lost the job"
+                # A job that was pausing is paused instead: its newest checkpoint is the resume point.
+                return requeue_or_fail(job_id, claim.attempt, message) or finish_paused(claim, None)
             return finish_failed(claim, err)
         except Exception as exc:  # noqa: BLE001 - recorded as internal_error; details only in the log
             return finish_failed(claim, exc)
@@ -245,6 +250,19 @@ def finish_cancelled(claim: Claim) -> str:
     done = transition(claim.job_id, "cancelled", expect=ACTIVE, where=_fence(claim),
                       values={"finished_at": utcnow()}, after=[("job.done", {"status": "cancelled"})])
     return "cancelled" if done else "stopped: the job is no longer this attempt's"
+
+
+def finish_paused(claim: Claim, step: int | None) -> str:
+    """`pausing` -> `paused`, the job's resources released (its controller has exited). A cancel that
+    came meanwhile wins: the job is `cancelled`."""
+    after = [] if step is None else [("job.log", {"message": f"paused after step {step}; a resume continues "
+                                                  "from its newest checkpoint"})]
+    if transition(claim.job_id, "paused", expect=("pausing",), where=_fence(claim), values=RELEASED, after=after):
+        return "paused"
+    if transition(claim.job_id, "cancelled", expect=("cancelling",), where=_fence(claim),
+                  values={"finished_at": utcnow()}, after=[("job.done", {"status": "cancelled"})]):
+        return "cancelled"
+    return "stopped: the job is no longer this attempt's"
 
 
 def output_model_name(db, job: Job) -> str:

@@ -46,7 +46,7 @@ from core.webhooks import UnsafeUrl, check_url, sign, webhook_type
 log = logging.getLogger(__name__)
 
 CONSUMER = "webhooks"
-SOURCE_EVENTS = ("job.done", "job.warning", "job.checkpoint")
+SOURCE_EVENTS = ("job.done", "job.warning", "job.checkpoint", "job.status")
 LEASE_MARGIN_S = 30.0
 """A claim lasts the request timeout plus this; a sender gone longer than that lost its claim."""
 _JOBS_PER_SCAN = 200

@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1/files", tags=["files"])
 
-ACTIVE_JOB_STATUSES = ("queued", "running", "cancelling")
+ACTIVE_JOB_STATUSES = ("queued", "running", "cancelling", "pausing", "paused")
 _WRITE_BYTES = 1024**2
 """File data is handed to the store in pieces of about this size (one thread hop each)."""
 _FORM_OVERHEAD = 64 * 1024

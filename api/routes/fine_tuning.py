@@ -16,10 +16,7 @@ import io
 import json
 import math
 import re
-import subprocess
-import sys
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -27,9 +24,11 @@ from pydantic import ValidationError
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from api import pauses
 from api.deps import CurrentCaller, CurrentProject, SessionDep
 from api.errors import ApiError, not_found, problem_responses
 from api.routes import jobs as keel_jobs
+from api.routes.graders import checked_grader
 from api.routes.jobs import OwnedJob
 from api.schemas.fine_tuning import (
     DpoSpec,
@@ -39,12 +38,10 @@ from api.schemas.fine_tuning import (
     FineTuningJobCreate,
     FineTuningJobEvents,
     FineTuningJobs,
-    GraderRun,
-    GraderValidate,
     SupervisedSpec,
 )
-from api.schemas.jobs import JobCreate
-from core import events
+from api.schemas.jobs import MAX_GRADER_CHARS, JobCreate
+from core import events, fine_tuned_models
 from core import finetune_files as ft
 from core.capacity import admission, fresh_nodes, job_demand
 from core.config import settings
@@ -65,37 +62,13 @@ DEFAULT_BATCH = 8
 DEFAULT_BETA = 0.1
 _STATUS = {"queued": "queued", "running": "running", "succeeded": "succeeded", "failed": "failed",
            "cancelling": "running", "cancelled": "cancelled", "paused": "paused", "pausing": "running"}
-_MAX_GRADER_CHARS = 4096
+_MAX_GRADER_CHARS = MAX_GRADER_CHARS
 _UNION_MEMBER = re.compile(r"int|float|str|bool|constrained-\w+|literal\[.*\]|function-.*")
 """Location parts pydantic adds for the members of a union (`n_epochs.int`): not fields."""
 
 
 def _bad(param: str, message: str, code: str = "invalid_request") -> ApiError:
     return ApiError(400, code, f"{param}: {message}", param=param)
-
-
-# -- graders, run by the engine's pure-Python implementation in a child process ----------------------
-
-def grader_process(request: dict[str, Any]) -> dict[str, Any]:
-    """`python -m engine.graders`: the API never imports the engine (tests/test_architecture.py), and a
-    grader runs outside the API's process."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        out = subprocess.run([sys.executable, "-m", "engine.graders"], input=json.dumps(request), text=True,
-                             capture_output=True, cwd=root, timeout=60, check=True, env={"PATH": "/usr/bin:/bin"})
-    except subprocess.TimeoutExpired as e:
-        raise ApiError(400, "grader_timeout", "grader: evaluation took longer than 60 s.", param="grader") from e
-    except subprocess.CalledProcessError as e:
-        raise ApiError(500, "internal_error", "The grader process failed.") from e
-    return json.loads(out.stdout)
-
-
-def _check_grader(grader: dict[str, Any], prefix: str) -> dict[str, Any]:
-    result = grader_process({"op": "validate", "grader": grader})
-    if "error" in result:
-        param = result["error"]["param"].replace("grader", prefix, 1)
-        raise ApiError(400, "invalid_grader", f"{param}: {result['error']['message']}", param=param)
-    return result
 
 
 # -- files: OpenAI layouts -> Keel's ----------------------------------------------------------------
@@ -192,8 +165,8 @@ def _keel_method(db: Session, body: FineTuningJobCreate, source: File, training:
         keel = {"type": "dpo", "hyperparameters": {"data": data, "optim": {"lr": lr}, "trainer": trainer,
                                                    "beta": beta}}
     else:
-        grader = spec.grader
-        _check_item_fields(_check_grader(grader, "method.reinforcement.grader"), source)
+        grader, validated = checked_grader(db, source.project_id, spec.grader, "method.reinforcement.grader")
+        _check_item_fields(validated, source)
         text = json.dumps(grader, separators=(",", ":"), sort_keys=True)
         if len(text) > _MAX_GRADER_CHARS:
             raise _bad("method.reinforcement.grader", f"at most {_MAX_GRADER_CHARS} characters as JSON")
@@ -234,6 +207,9 @@ def _unix(value: datetime | None) -> int | None:
 
 def fine_tuning_job(job: Job) -> FineTuningJob:
     spec = job.spec or {}
+    db = Session.object_session(job)  # the request's session, which loaded the row
+    # A job made by Keel's own API (listed here too) has no OpenAI name: its Keel model id stands in.
+    fine_tuned = (fine_tuned_models.openai_name(db, job) if db is not None else None) or job.output_model_id
     oa = spec.get("openai") or {}
     method = oa.get("method") or {"type": job.method, job.method: {"hyperparameters": {}}}
     error = keel_jobs._error(job.error)
@@ -244,7 +220,7 @@ def fine_tuning_job(job: Job) -> FineTuningJob:
     return FineTuningJob(
         id=job.id, created_at=_unix(job.created_at), finished_at=_unix(job.finished_at),
         error={"code": error["code"], "message": error["message"], "param": error["param"]} if error else None,
-        fine_tuned_model=job.output_model_id,
+        fine_tuned_model=fine_tuned,
         hyperparameters=(method.get(method["type"]) or {}).get("hyperparameters", {}), method=method,
         model=oa.get("model") or job.model, organization_id=job.project_id, result_files=job.result_files or [],
         seed=job.seed, status=_STATUS.get(job.status, job.status), trained_tokens=oa.get("trained_tokens"),
@@ -278,7 +254,8 @@ def create_fine_tuning_job(raw: dict[str, Any], project: CurrentProject, caller:
             "model": body.model, "training_file": training.id,
             "validation_file": validation.id if validation else None, "method": keel_method,
             "seed": body.seed if body.seed is not None else 0, "suffix": body.suffix,
-            "metadata": body.metadata or {}})
+            "metadata": body.metadata or {},
+            "integrations": [i.model_dump(exclude_none=True) for i in body.integrations or []]})
     except ValidationError as e:
         first = e.errors()[0]
         param = "method.keel_overrides" if keel_method["overrides"] else "method"
@@ -345,7 +322,7 @@ def cancel_fine_tuning_job(job: OwnedJob, project: CurrentProject, db: SessionDe
                   .values(status="cancelled", finished_at=datetime.now(UTC))).rowcount:
         appended.append(events.append_event(db, job.id, "job.status", {"status": "cancelled"}, commit=False))
         appended.append(events.append_event(db, job.id, "job.done", {"status": "cancelled"}, commit=False))
-    elif db.execute(update(Job).where(Job.id == job.id, Job.status == "running")
+    elif db.execute(update(Job).where(Job.id == job.id, Job.status.in_(("running", "pausing")))
                     .values(status="cancelling")).rowcount:
         appended.append(events.append_event(db, job.id, "job.status", {"status": "cancelling"}, commit=False))
     db.commit()
@@ -360,11 +337,33 @@ def cancel_fine_tuning_job(job: OwnedJob, project: CurrentProject, db: SessionDe
     return fine_tuning_job(job)
 
 
+@router.post("/jobs/{job_id}/pause", summary="Pause a fine-tuning job", response_model=FineTuningJob,
+             responses=problem_responses(400, 401, 404, 429))
+def pause_fine_tuning_job(job: OwnedJob, db: SessionDep):
+    """Keel's pause (`POST /v1/jobs/{id}/pause`); a job that is not queued or running is a 400."""
+    change = pauses.pause(db, job, error_status=400)
+    db.commit()
+    pauses.after_commit(change)
+    db.refresh(job)
+    return fine_tuning_job(job)
+
+
+@router.post("/jobs/{job_id}/resume", summary="Resume a fine-tuning job", response_model=FineTuningJob,
+             responses=problem_responses(400, 401, 404, 429))
+def resume_fine_tuning_job(job: OwnedJob, db: SessionDep):
+    """Keel's resume (`POST /v1/jobs/{id}/resume`); a job that is not paused is a 400."""
+    change = pauses.resume(db, job, error_status=400)
+    db.commit()
+    pauses.after_commit(change)
+    db.refresh(job)
+    return fine_tuning_job(job)
+
+
 # -- events, checkpoints, results -------------------------------------------------------------------
 
 _METRIC_NAMES = {"train/loss": "train_loss", "val/loss": "valid_loss", "train/token_accuracy": "train_mean_token_accuracy",
                  "val/token_accuracy": "valid_mean_token_accuracy", "critic/score/mean": "train_mean_reward",
-                 "val/reward/mean": "valid_mean_reward", "dpo/accuracy": "train_accuracy"}
+                 "val/reward/mean": "valid_mean_reward", "rewards/accuracies": "train_accuracy"}
 
 
 def _metrics(values: dict[str, Any]) -> dict[str, float]:
@@ -423,13 +422,20 @@ def list_fine_tuning_checkpoints(job: OwnedJob, db: SessionDep,
         stmt = stmt.where(Checkpoint.id < after)
     rows = list(db.scalars(stmt.order_by(Checkpoint.id.desc()).limit(limit + 1)))
     data = [{"id": c.id, "created_at": _unix(c.created_at), "fine_tuned_model_checkpoint": c.id,
-             "fine_tuning_job_id": job.id, "step_number": c.step,
-             "metrics": {"step": float(c.step), "train_loss": None, "train_mean_token_accuracy": None,
-                         "valid_loss": None, "valid_mean_token_accuracy": None, "full_valid_loss": None,
-                         "full_valid_mean_token_accuracy": None, **_metrics(c.metrics or {})}}
+             "fine_tuning_job_id": job.id, "step_number": c.step, "metrics": _checkpoint_metrics(c)}
             for c in rows[:limit]]
     return {"data": data, "has_more": len(rows) > limit, "first_id": data[0]["id"] if data else None,
             "last_id": data[-1]["id"] if data else None}
+
+
+def _checkpoint_metrics(c: Checkpoint) -> dict[str, float | None]:
+    """OpenAI's checkpoint metrics. Keel's validation always covers the whole validation set, so the
+    `full_valid_*` values are the checkpoint step's `valid_*` ones (None when that step did not validate;
+    fine-tuning jobs validate and checkpoint at every epoch's end)."""
+    m = _metrics(c.metrics or {})
+    return {"step": float(c.step), "train_loss": None, "train_mean_token_accuracy": None, "valid_loss": None,
+            "valid_mean_token_accuracy": None, "full_valid_loss": m.get("valid_loss"),
+            "full_valid_mean_token_accuracy": m.get("valid_mean_token_accuracy"), **m}
 
 
 def _ensure_results(db: Session, job: Job) -> None:
@@ -437,6 +443,12 @@ def _ensure_results(db: Session, job: Job) -> None:
     spec = job.spec or {}
     oa = spec.get("openai")
     if oa is None or job.status not in ("succeeded", "failed", "cancelled") or oa.get("result_file"):
+        return
+    db.refresh(job, with_for_update=True)  # concurrent first retrievals: one writes the file
+    spec = job.spec or {}
+    oa = spec["openai"]
+    if oa.get("result_file"):
+        db.commit()
         return
     rows: dict[int, dict[str, Any]] = {}
     tokens = 0
@@ -459,39 +471,19 @@ def _ensure_results(db: Session, job: Job) -> None:
         r.setdefault("train_accuracy", r.get("train_mean_token_accuracy"))
         writer.writerow((step, *("" if r.get(c) is None else f"{r[c]:.6g}" for c in columns)))
     data = out.getvalue().encode()
-    file_id = new_id("file")
-    key = f"files/{job.project_id}/{file_id}"
-    storage = get_storage()
-    with storage.writer(key) as f:
-        f.write(data)
-    db.add(File(id=file_id, project_id=job.project_id, purpose="fine-tune-results", filename=f"{job.id}-results.csv",
-                bytes=len(data), sha256=hashlib.sha256(data).hexdigest(), format="csv", rows=len(rows),
-                columns=["step", *columns], stats={}, status="processed", storage_key=key, meta={"job": job.id}))
+    sha = hashlib.sha256(data).hexdigest()
+    # Equal bytes are one file per project and purpose (a unique index): jobs stopped before their first
+    # step have the same header-only CSV.
+    file_id = db.scalar(select(File.id).where(File.project_id == job.project_id, File.purpose == "fine-tune-results",
+                                              File.sha256 == sha, File.deleted_at.is_(None)))
+    if file_id is None:
+        file_id = new_id("file")
+        key = f"files/{job.project_id}/{file_id}"
+        with get_storage().writer(key) as f:
+            f.write(data)
+        db.add(File(id=file_id, project_id=job.project_id, purpose="fine-tune-results",
+                    filename=f"{job.id}-results.csv", bytes=len(data), sha256=sha, format="csv", rows=len(rows),
+                    columns=["step", *columns], stats={}, status="processed", storage_key=key, meta={"job": job.id}))
     job.result_files = [*(job.result_files or []), file_id]
     job.spec = {**spec, "openai": {**oa, "result_file": file_id, "trained_tokens": tokens or None}}
     db.commit()
-
-
-# -- graders --------------------------------------------------------------------------------------------
-
-@router.post("/alpha/graders/run", summary="Run a grader", responses=problem_responses(400, 401, 429))
-def run_grader(body: GraderRun, project: CurrentProject) -> dict[str, Any]:
-    """OpenAI's `fine_tuning.alpha.graders.run`: the grader's reward of `model_sample` for `item`."""
-    item = dict(body.item or {})
-    if body.reference_answer is not None:
-        item.setdefault("reference_answer", body.reference_answer)
-    result = grader_process({"op": "run", "grader": body.grader, "model_sample": body.model_sample, "item": item})
-    if "error" in result:
-        raise ApiError(400, "invalid_grader", f"{result['error']['param']}: {result['error']['message']}",
-                       param=result["error"]["param"])
-    return result
-
-
-@router.post("/alpha/graders/validate", summary="Validate a grader", responses=problem_responses(400, 401, 429))
-def validate_grader(body: GraderValidate, project: CurrentProject) -> dict[str, Any]:
-    """OpenAI's `fine_tuning.alpha.graders.validate`: the grader back when it is valid, else a 400."""
-    result = grader_process({"op": "validate", "grader": body.grader})
-    if "error" in result:
-        raise ApiError(400, "invalid_grader", f"{result['error']['param']}: {result['error']['message']}",
-                       param=result["error"]["param"])
-    return {"grader": result["grader"]}

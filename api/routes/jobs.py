@@ -1,4 +1,4 @@
-"""Jobs: create (validated, stored, then enqueued), list, retrieve, cancel.
+"""Jobs: create (validated, stored, then enqueued), list, retrieve, cancel, pause and resume.
 
 A job row is the contract with the workers: it is committed as `queued` with the validated request
 (every hyperparameter filled in) in `spec`, then handed to the broker; if the broker is down the job
@@ -18,15 +18,16 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 from fastapi import Path as PathParam
-from sqlalchemy import delete, func, select, tuple_, update
+from sqlalchemy import bindparam, case, delete, func, select, tuple_, update
 from sqlalchemy.orm import Session, aliased
 
-from api import memory_plan
+from api import memory_plan, pauses
 from api.deps import CurrentCaller, CurrentProject, SessionDep
 from api.errors import ApiError, not_found, problem_responses
-from api.idempotency import IdempotencyDep
+from api.idempotency import Idempotency, IdempotencyDep
 from api.pagination import AfterQuery, LimitQuery, page_of, paginate
 from api.removal import refuse_in_use, remove_files
+from api.responses import model_response
 from api.schemas.jobs import (
     FILE_PURPOSE,
     TERMINAL_STATUSES,
@@ -40,12 +41,13 @@ from api.schemas.jobs import (
     RMDistillMethod,
 )
 from api.schemas.memory_plan import MemoryPlan
-from core import checkpoints, events
+from core import checkpoints, events, fine_tuned_models
 from core import logging as logcontext
 from core.capacity import admission, fresh_nodes, job_demand
 from core.config import settings
+from core.db import session_factory
 from core.integrations import check_tracking_uri
-from core.models import Checkpoint, File, Job, Model
+from core.models import Checkpoint, File, Job, Model, utcnow
 from core.storage import get_storage
 from workers import dispatch
 
@@ -56,7 +58,10 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 
 
-def owned_job(job_id: Annotated[str, PathParam(max_length=64)], project: CurrentProject, db: SessionDep) -> Job:
+JobIdPath = Annotated[str, PathParam(max_length=64)]
+
+
+def owned_job(job_id: JobIdPath, project: CurrentProject, db: SessionDep) -> Job:
     """The path's job if it belongs to the caller's project, else 404 (existence is not revealed)."""
     job = db.get(Job, job_id)
     if job is None or job.project_id != project.id:
@@ -86,7 +91,13 @@ def _model_dir(ref: str, param: str) -> str:
 
 
 def _model_ref(db: Session, project_id: str, ref: str, param: str, *, reward: bool = False) -> str:
-    """Check a model reference; returns it normalised (a directory resolved)."""
+    """Check a model reference; returns it normalised (a directory resolved, an OpenAI `ft:` name as
+    the Keel model id it names)."""
+    if ref.startswith(fine_tuned_models.PREFIX):
+        named = fine_tuned_models.resolve(db, project_id, ref)
+        if named is None:
+            raise not_found("model", ref, param=param)
+        ref = named.id
     if ref.startswith("model-"):
         model = db.get(Model, ref)
         if model is None or model.project_id != project_id:
@@ -201,6 +212,10 @@ def _resolve(db: Session, project_id: str, body: JobCreate) -> dict[str, Any]:
         method.teacher = _model_ref(db, project_id, method.teacher, "method.teacher", reward=True)
     if isinstance(method, PPOMethod | EvalMethod) and method.reward.model is not None:
         method.reward.model = _model_ref(db, project_id, method.reward.model, "method.reward.model", reward=True)
+    if isinstance(method, PPOMethod | EvalMethod) and method.reward.function == "grader":
+        from api.routes.graders import check_job_grader  # (that module imports this one)
+
+        method.reward.options = check_job_grader(db, project_id, method.reward.options)
     if isinstance(method, EvalMethod):
         _check_eval(db, project_id, body, method)
     adapter = getattr(method.hyperparameters.model, "lora_adapter_path", None)  # eval has no adapters
@@ -280,6 +295,13 @@ def _error(error: Any) -> dict[str, Any] | None:
 _AHEAD = aliased(Job, name="ahead")
 
 
+_POSITION_OF_ONE = select(func.count()).select_from(Job).where(
+    Job.project_id == bindparam("project_id"), Job.status == "queued",
+    tuple_(Job.created_at, Job.id) <= tuple_(bindparam("created_at", type_=Job.created_at.type),
+                                             bindparam("job_id", type_=Job.id.type)))
+"""Built once, like `_JOB_WITH_POSITION`."""
+
+
 def queue_positions(db: Session, project_id: str, jobs: list[Job]) -> dict[str, int]:
     """1-based positions of the given queued jobs among the project's queued jobs, oldest first."""
     queued = [j for j in jobs if j.status == "queued"]
@@ -288,9 +310,7 @@ def queue_positions(db: Session, project_id: str, jobs: list[Job]) -> dict[str, 
     # A range count on ix_job_queue_order per job, not a ranking of the whole queue.
     if len(queued) == 1:  # create / retrieve / cancel: one plain count
         job = queued[0]
-        n = db.scalar(select(func.count()).select_from(Job).where(
-            Job.project_id == project_id, Job.status == "queued",
-            tuple_(Job.created_at, Job.id) <= tuple_(job.created_at, job.id)))
+        n = db.scalar(_POSITION_OF_ONE, {"project_id": project_id, "created_at": job.created_at, "job_id": job.id})
         return {job.id: int(n)} if n else {}
     position = (select(func.count()).where(_AHEAD.project_id == project_id, _AHEAD.status == "queued",
                                            tuple_(_AHEAD.created_at, _AHEAD.id) <= tuple_(Job.created_at, Job.id))
@@ -298,6 +318,16 @@ def queue_positions(db: Session, project_id: str, jobs: list[Job]) -> dict[str, 
     rows = db.execute(select(Job.id, position).where(Job.id.in_([j.id for j in queued]),
                                                      Job.project_id == project_id, Job.status == "queued"))
     return {job_id: int(n) for job_id, n in rows}
+
+
+_QUEUE_POSITION = case((Job.status == "queued", select(func.count()).where(
+    _AHEAD.project_id == Job.project_id, _AHEAD.status == "queued",
+    tuple_(_AHEAD.created_at, _AHEAD.id) <= tuple_(Job.created_at, Job.id)).correlate(Job).scalar_subquery()))
+"""The selected job's queue position (null unless queued): `queue_positions` as a column, to read it
+with the job in one query."""
+_JOB_WITH_POSITION = select(Job, _QUEUE_POSITION).where(Job.id == bindparam("job_id"))
+"""Built once: SQLAlchemy then computes its cache key once, not on every request (most of the cost
+of a statement like this one)."""
 
 
 def job_public(job: Job, queue_position: int | None = None) -> JobPublic:
@@ -353,9 +383,11 @@ def create_job(body: JobCreate, project: CurrentProject, caller: CurrentCaller, 
         return memory_plan.dry_run_response(plan)
     memory_plan.refuse_unfit(plan)
     waiting = verdict.status == "wait"  # the sweeper sends it when the cluster has room
+    claimed_at = None if waiting else utcnow()  # the outbox claim, made in the insert (workers.dispatch)
     job = Job(project_id=project.id, status="queued", method=body.method.type, spec=spec, model=body.model,
               training_file_id=body.training_file, validation_file_id=body.validation_file, seed=body.seed,
-              meta=body.metadata, queue_reason=verdict.code if waiting else None, created_by=caller.key_id)
+              meta=body.metadata, queue_reason=verdict.code if waiting else None, created_by=caller.key_id,
+              dispatched_at=claimed_at)
     db.add(job)
     db.flush()
     logcontext.annotate(job_id=job.id)
@@ -363,9 +395,10 @@ def create_job(body: JobCreate, project: CurrentProject, caller: CurrentCaller, 
     public = _public_one(db, job)
     if (replay := idem.commit(db, project.id, 201, public.model_dump(mode="json"))) is not None:
         return replay
-    if not waiting:
-        _best_effort("enqueue_job", job.id)
-    return public
+    if claimed_at is not None:
+        with dispatch.claimed(job.id, claimed_at):
+            _best_effort("enqueue_job", job.id)
+    return model_response(public, 201)
 
 
 @router.get("", summary="List jobs", response_model=JobsPublic, responses=problem_responses(401, 422, 429))
@@ -382,25 +415,33 @@ def list_jobs(project: CurrentProject, db: SessionDep, limit: LimitQuery = 20, a
 
 @router.get("/{job_id}", summary="Retrieve a job", response_model=JobPublic,
             responses=problem_responses(401, 404, 429))
-def retrieve_job(job: OwnedJob, db: SessionDep):
+def retrieve_job(job_id: JobIdPath, project: CurrentProject):
     """One job, with its progress, latest metrics and queue position."""
-    return _public_one(db, job)
+    # The hottest read: `owned_job` and `_public_one` in one query, in one thread hop, with a session
+    # of its own (no `SessionDep` to set up and close on the event loop).
+    with session_factory()() as db:
+        row = db.execute(_JOB_WITH_POSITION, {"job_id": job_id}).one_or_none()
+    if row is None or row[0].project_id != project.id:
+        raise not_found("job", job_id, param="job_id")
+    logcontext.annotate(job_id=job_id)
+    return model_response(job_public(*row))
 
 
 @router.post("/{job_id}/cancel", summary="Cancel a job", response_model=JobPublic,
              responses=problem_responses(401, 404, 409, 422, 429))
 def cancel_job(job: OwnedJob, project: CurrentProject, db: SessionDep, idem: IdempotencyDep):
-    """Cancel a queued job at once, or ask a running one to stop (`cancelling`); finished jobs are a 409."""
+    """Cancel a queued or paused job at once, or ask a running one to stop (`cancelling`); finished jobs
+    are a 409."""
     if (replay := idem.replay(db, project.id)) is not None:
         return replay
     now = datetime.now(UTC)
     # Conditional updates: a worker that starts or finishes the job concurrently cannot be overwritten.
     appended = []
-    if db.execute(update(Job).where(Job.id == job.id, Job.status == "queued")
+    if db.execute(update(Job).where(Job.id == job.id, Job.status.in_(("queued", "paused")))
                   .values(status="cancelled", finished_at=now)).rowcount:
         appended.append(events.append_event(db, job.id, "job.status", {"status": "cancelled"}, commit=False))
         appended.append(events.append_event(db, job.id, "job.done", {"status": "cancelled"}, commit=False))
-    elif db.execute(update(Job).where(Job.id == job.id, Job.status == "running")
+    elif db.execute(update(Job).where(Job.id == job.id, Job.status.in_(("running", "pausing")))
                     .values(status="cancelling")).rowcount:
         appended.append(events.append_event(db, job.id, "job.status", {"status": "cancelling"}, commit=False))
     db.refresh(job)
@@ -418,12 +459,42 @@ def cancel_job(job: OwnedJob, project: CurrentProject, db: SessionDep, idem: Ide
     return public
 
 
+def _apply(db: Session, project_id: str, idem: Idempotency, job: Job, change: pauses.Change) -> Any:
+    public = _public_one(db, job)
+    if (replay := idem.commit(db, project_id, 200, public.model_dump(mode="json"))) is not None:
+        return replay
+    pauses.after_commit(change)
+    return public
+
+
+@router.post("/{job_id}/pause", summary="Pause a job", response_model=JobPublic,
+             responses=problem_responses(401, 404, 409, 422, 429))
+def pause_job(job: OwnedJob, project: CurrentProject, db: SessionDep, idem: IdempotencyDep):
+    """Pause a running job: it saves a checkpoint of its last finished step, stops and gives its
+    resources back (`pausing`, then `paused`). A queued job is `paused` at once; a `pausing` or
+    `paused` one is returned unchanged. Any other status is a 409 `job_not_running`."""
+    if (replay := idem.replay(db, project.id)) is not None:
+        return replay
+    return _apply(db, project.id, idem, job, pauses.pause(db, job))
+
+
+@router.post("/{job_id}/resume", summary="Resume a paused job", response_model=JobPublic,
+             responses=problem_responses(401, 404, 409, 422, 429))
+def resume_job(job: OwnedJob, project: CurrentProject, db: SessionDep, idem: IdempotencyDep):
+    """Queue a paused job again; it continues from the checkpoint it paused at (no step is trained or
+    reported twice). Any other status is a 409 `job_not_paused`."""
+    if (replay := idem.replay(db, project.id)) is not None:
+        return replay
+    return _apply(db, project.id, idem, job, pauses.resume(db, job))
+
+
 @router.delete("/{job_id}", summary="Delete a job", response_model=JobDeleted,
                responses=problem_responses(401, 404, 409, 429))
 def delete_job(job: OwnedJob, db: SessionDep):
     """Delete a finished job with its event log and checkpoints (rows and files). Its output model
     stays (its `job_id` becomes null); delete that with `DELETE /v1/models/{id}`. A queued or running
-    job is a 409 `job_active`; one whose checkpoints a queued or running job uses is a 409 `in_use`."""
+    (or paused) job is a 409 `job_active`; one whose checkpoints a queued or running job uses is a 409
+    `in_use`."""
     db.refresh(job, with_for_update=True)
     if job.status not in TERMINAL_STATUSES:
         raise ApiError(409, "job_active", f"Job {job.id} is {job.status}; cancel it or wait for it to finish "

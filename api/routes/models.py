@@ -1,5 +1,9 @@
 """Trained models: the outputs of succeeded jobs, usable as the base, teacher or reward of later jobs;
-downloadable as a Hugging Face directory (a tar streamed from the artifact store), and deletable."""
+downloadable as a Hugging Face directory (a tar streamed from the artifact store), and deletable.
+
+A model a fine-tuning job (`/v1/fine_tuning/jobs`) trained also answers to its OpenAI name
+(`ft:...`, core/fine_tuned_models.py) on every route here, and the list shows it under both ids: the
+OpenAI client's `models.list()` finds the job's `fine_tuned_model` there."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
 from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
 
 from api import archive
 from api.deps import CurrentProject, SessionDep
@@ -17,16 +22,21 @@ from api.pagination import AfterQuery, LimitQuery, page_of, paginate
 from api.removal import refuse_in_use, remove_files
 from api.routes.checkpoints import TAR, MergedQuery
 from api.schemas.jobs import ModelDeleted, ModelPublic, ModelsPublic
-from core.models import Model
+from core import fine_tuned_models
+from core.models import Job, Model
 from core.storage import get_storage
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 
 
-def owned_model(model_id: Annotated[str, PathParam(max_length=64)], project: CurrentProject,
-                db: SessionDep) -> Model:
+ModelIdPath = Annotated[str, PathParam(max_length=500, description="A Keel model id, or a fine-tuned model's OpenAI "
+                                                              "name (`ft:...`).")]
+
+
+def owned_model(model_id: ModelIdPath, project: CurrentProject, db: SessionDep) -> Model:
     """The path's model if it belongs to the caller's project, else 404."""
-    model = db.get(Model, model_id)
+    model = (fine_tuned_models.resolve(db, project.id, model_id) if model_id.startswith(fine_tuned_models.PREFIX)
+             else db.get(Model, model_id))
     if model is None or model.project_id != project.id:
         raise not_found("model", model_id, param="model_id")
     return model
@@ -35,29 +45,45 @@ def owned_model(model_id: Annotated[str, PathParam(max_length=64)], project: Cur
 OwnedModel = Annotated[Model, Depends(owned_model)]
 
 
-def model_public(m: Model) -> ModelPublic:
-    return ModelPublic(id=m.id, name=m.name, kind=m.kind, format=m.format, base_model=m.base_model,
-                       job_id=m.job_id, created_at=int(m.created_at.timestamp()),
-                       created=int(m.created_at.timestamp()), owned_by=m.project_id)
+def model_public(m: Model, openai_name: str | None = None) -> ModelPublic:
+    """The model under its Keel id, or under its OpenAI name (then `alias_of` is the Keel id)."""
+    return ModelPublic(id=openai_name or m.id, name=m.name, kind=m.kind, format=m.format, base_model=m.base_model,
+                       job_id=m.job_id, trainer_id=m.trainer_id, created_at=int(m.created_at.timestamp()),
+                       created=int(m.created_at.timestamp()), owned_by=m.project_id,
+                       alias_of=m.id if openai_name else None)
+
+
+def _openai_names(db: Session, models: list[Model]) -> dict[str, str]:
+    """Keel model id -> OpenAI name, for the models fine-tuning jobs trained."""
+    job_ids = [m.job_id for m in models if m.job_id]
+    jobs = db.scalars(select(Job).where(Job.id.in_(job_ids))).all() if job_ids else []
+    names = {job.output_model_id: fine_tuned_models.openai_name(db, job) for job in jobs}
+    return {model_id: name for model_id, name in names.items() if model_id and name}
 
 
 @router.get("", summary="List models", response_model=ModelsPublic, responses=problem_responses(401, 422, 429))
 def list_models(project: CurrentProject, db: SessionDep, limit: LimitQuery = 20, after: AfterQuery = None,
                 kind: Annotated[Literal["policy", "reward_model", "value_model"] | None,
                                 Query(description="Only models of this kind.")] = None):
-    """The project's models, newest first."""
+    """The project's models, newest first. A model a fine-tuning job trained is followed by its entry under
+    its OpenAI name (`alias_of` set); `limit` counts models, and the cursor is always a Keel model id."""
     stmt = select(Model).where(Model.project_id == project.id)
     if kind is not None:
         stmt = stmt.where(Model.kind == kind)
     rows, has_more = paginate(db, stmt, Model.id, limit=limit, after=after)
-    return page_of([model_public(m) for m in rows], has_more)
+    names = _openai_names(db, rows)
+    items = [entry for m in rows
+             for entry in (model_public(m), *((model_public(m, names[m.id]),) if m.id in names else ()))]
+    page = page_of(items, has_more)
+    page.update(first_id=rows[0].id if rows else None, last_id=rows[-1].id if rows else None)
+    return page
 
 
 @router.get("/{model_id}", summary="Retrieve a model", response_model=ModelPublic,
             responses=problem_responses(401, 404, 429))
-def retrieve_model(model: OwnedModel):
-    """One model."""
-    return model_public(model)
+def retrieve_model(model: OwnedModel, model_id: ModelIdPath):
+    """One model, under the id it was asked by (a Keel id or its OpenAI name)."""
+    return model_public(model, model_id if model_id != model.id else None)
 
 
 @router.get("/{model_id}/content", summary="Download a model", response_class=StreamingResponse,

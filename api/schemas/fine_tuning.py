@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.schemas.jobs import Metadata, ModelRef, Override, ResourceId
+from api.schemas.jobs import Integration, Metadata, ModelRef, Override, ResourceId
 
 
 class _Strict(BaseModel):
@@ -50,7 +50,8 @@ class DpoSpec(_Strict):
 
 class ReinforcementSpec(_Strict):
     grader: dict[str, Any]
-    """An OpenAI grader object (string_check, text_similarity or multi); checked by engine/graders.py."""
+    """An OpenAI grader object (string_check, text_similarity, multi, score_model, or python when the deployment
+    allows it); checked by engine/graders.py (docs/openai.md#graders)."""
     hyperparameters: ReinforcementHyperparameters = Field(default_factory=ReinforcementHyperparameters)
     response_format: dict[str, Any] | None = None
 
@@ -65,11 +66,6 @@ class FineTuneMethod(_Strict):
     (`data.max_response_length=16`), applied after the OpenAI hyperparameters are mapped."""
 
 
-class Integration(BaseModel):
-    type: str
-    wandb: dict[str, Any] | None = None
-
-
 class FineTuningJobCreate(_Strict):
     model: ModelRef
     training_file: ResourceId
@@ -77,7 +73,9 @@ class FineTuningJobCreate(_Strict):
     suffix: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$")] | None = None
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
     metadata: Metadata | None = None
-    integrations: list[Integration] | None = Field(default=None, max_length=8)
+    integrations: list[Integration] | None = Field(default=None, max_length=3)
+    """OpenAI's `{"type": "wandb", "wandb": {"project", "name", "entity", "tags"}}` is Keel's W&B integration
+    (the job's metrics are mirrored to the run); Keel's `tensorboard` and `mlflow` work here too."""
     method: FineTuneMethod | None = None
     """Default: supervised with the top-level `hyperparameters` (OpenAI's older shape)."""
     hyperparameters: SupervisedHyperparameters | None = None
@@ -98,7 +96,9 @@ class FineTuningJob(BaseModel):
     finished_at: int | None
     error: FineTuningError | None
     fine_tuned_model: str | None
-    """The Keel model id of the output (usable as `model` of later jobs, listed by `GET /v1/models`)."""
+    """`ft:<base>:<project>:<suffix>:<id>` (core/fine_tuned_models.py): usable as `model` of later jobs
+    (as is the Keel model id it names, `<id>` with the prefix `model-`) and listed by `GET /v1/models`. A job
+    made by Keel's own API (`/v1/jobs`) shows its Keel model id here."""
     hyperparameters: dict[str, Any]
     method: dict[str, Any]
     model: str

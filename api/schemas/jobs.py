@@ -21,10 +21,13 @@ from api.schemas.hyperparameters import (
     errors_at,
 )
 
-JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelling", "cancelled"]
+JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelling", "cancelled", "pausing", "paused"]
+"""`pausing`: asked to pause, saving its checkpoint; `paused`: stopped, holding no resources, until resumed."""
 TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
 EventType = Literal["job.status", "job.metrics", "job.checkpoint", "job.log", "job.warning", "job.error", "job.done",
                     "job.placement"]
+MAX_GRADER_CHARS = 512 * 1024
+"""A grader as JSON (`options.grader`, OpenAI's `method.reinforcement.grader`): room for a 256 KiB python source."""
 RewardFunction = Literal["gsm8k", "exact_match", "regex", "length_penalty", "data_source", "grader"]
 """`grader`: an OpenAI grader, JSON in `options.grader` (engine/graders.py; docs/openai.md)."""
 
@@ -98,9 +101,12 @@ class RewardSpec(Strict):
     """A reward model (Keel model id of kind `reward_model`, hub id or directory)."""
     function: RewardFunction | None = None
     """A built-in rule reward; `data_source` picks one per row from the dataset's `data_source` column."""
-    options: dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=4096)] | int | float | bool] = (
+    options: dict[Annotated[str, Field(max_length=64)],
+                  Annotated[str, Field(max_length=MAX_GRADER_CHARS)] | int | float | bool] = (
         Field(default_factory=dict, max_length=32))
-    """Keyword options of the rule function (e.g. `{"pattern": "..."}` for `regex`)."""
+    """Keyword options of the rule function (e.g. `{"pattern": "..."}` for `regex`). Strings are at most
+    4096 characters, except `grader` (the `grader` function's grader as JSON: a python grader's source may
+    be 256 KiB)."""
 
     @model_validator(mode="after")
     def _exactly_one(self):
@@ -108,6 +114,9 @@ class RewardSpec(Strict):
             raise ValueError("set exactly one of `model` and `function`")
         if self.model is not None and self.options:
             raise ValueError("`options` apply to a reward function only")
+        for key, value in self.options.items():
+            if isinstance(value, str) and len(value) > 4096 and key != "grader":
+                raise ValueError(f"options.{key}: at most 4096 characters")
         return self
 
 
@@ -380,11 +389,16 @@ class ModelPublic(BaseModel):
     format: Literal["hf", "lora"]
     base_model: str
     job_id: str | None
+    trainer_id: str | None = None
+    """The trainer whose `save_state` / `save_weights_for_sampler` wrote it (docs/trainers.md)."""
     created_at: int
     created: int | None = None
     """`created_at` again, under the name OpenAI's `models.list()` reads."""
     owned_by: str | None = None
     """The project that owns the model (OpenAI's field)."""
+    alias_of: str | None = None
+    """Set on a model's OpenAI-named entry (`ft:...`, the `fine_tuned_model` of the fine-tuning job that trained
+    it): the Keel model id that name stands for. Both ids work wherever a model is referenced."""
 
 
 class ModelsPublic(Page[ModelPublic]):

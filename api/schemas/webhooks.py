@@ -10,9 +10,10 @@ from pydantic import BaseModel, Field
 from api.pagination import Page
 from api.schemas.hyperparameters import Strict
 
-WebhookEventType = Literal["job.succeeded", "job.failed", "job.cancelled", "job.warning", "job.checkpoint"]
+WebhookEventType = Literal["job.succeeded", "job.failed", "job.cancelled", "job.warning", "job.checkpoint",
+                           "job.paused"]
 ALL_EVENT_TYPES: list[WebhookEventType] = ["job.succeeded", "job.failed", "job.cancelled", "job.warning",
-                                           "job.checkpoint"]
+                                           "job.checkpoint", "job.paused"]
 
 
 class WebhookCreate(Strict):
@@ -23,7 +24,8 @@ class WebhookCreate(Strict):
     event_types: list[WebhookEventType] = Field(default_factory=lambda: list(ALL_EVENT_TYPES), min_length=1,
                                                 max_length=len(ALL_EVENT_TYPES))
     """The events to send (default: all). `job.succeeded` / `job.failed` / `job.cancelled` when a job
-    finishes, `job.warning` (e.g. PPO's KL guardrail), `job.checkpoint` when one is saved."""
+    finishes, `job.warning` (e.g. PPO's KL guardrail), `job.checkpoint` when one is saved, `job.paused` when
+    a pause is complete (the job holds no resources)."""
 
 
 class WebhookPublic(BaseModel):

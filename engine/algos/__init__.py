@@ -14,7 +14,14 @@ from engine.algos.kl import (
     kl_penalty,
 )
 from engine.algos.logits import entropy_from_logits, log_probs_from_logits
-from engine.algos.losses import LOSS_AGG_MODES, agg_loss, policy_loss, value_loss
+from engine.algos.losses import (
+    LOSS_AGG_MODES,
+    agg_loss,
+    cross_entropy_loss,
+    importance_sampling_loss,
+    policy_loss,
+    value_loss,
+)
 from engine.algos.masked import explained_variance, masked_mean, masked_sum, masked_var, masked_whiten
 from engine.algos.outcome import (
     compute_reinforce_plus_plus_advantages,
@@ -40,10 +47,12 @@ __all__ = [
     "compute_reinforce_plus_plus_baseline_advantages",
     "compute_remax_advantages",
     "compute_rloo_advantages",
+    "cross_entropy_loss",
     "dpo_loss",
     "entropy_from_logits",
     "explained_variance",
     "group_has_signal",
+    "importance_sampling_loss",
     "kl_penalty",
     "log_probs_from_logits",
     "masked_mean",

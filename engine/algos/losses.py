@@ -1,4 +1,5 @@
-"""PPO losses: the clipped policy surrogate with dual clip, the clipped value loss, and aggregation."""
+"""PPO losses: the clipped policy surrogate with dual clip, the clipped value loss, and aggregation;
+the token-sum losses of interactive trainers (weighted cross-entropy, importance sampling)."""
 
 from __future__ import annotations
 
@@ -64,6 +65,7 @@ def policy_loss(
     clip_ratio_high: float = 0.2,
     clip_ratio_c: float = 3.0,
     loss_agg_mode: str = "token-mean",
+    loss_scale_factor: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped surrogate (Schulman et al. 2017, arXiv:1707.06347) with dual clip (Ye et al. 2020,
     arXiv:1912.09729).
@@ -85,6 +87,7 @@ def policy_loss(
         clip_ratio_low, clip_ratio_high: the trust region `[1 - low, 1 + high]`.
         clip_ratio_c: dual-clip bound, must be > 1.
         loss_agg_mode: see `agg_loss`.
+        loss_scale_factor: see `agg_loss` (`seq-mean-token-sum-norm` with 1.0 is a plain token sum).
 
     Returns:
         `(loss, metrics)`: the scalar loss with grad, and floats
@@ -106,7 +109,7 @@ def policy_loss(
     loss_dual = torch.minimum(loss_clip, -advantages * clip_ratio_c)
     negative = advantages < 0
     loss_mat = torch.where(negative, loss_dual, loss_clip)
-    loss = agg_loss(loss_mat, response_mask, loss_agg_mode)
+    loss = agg_loss(loss_mat, response_mask, loss_agg_mode, loss_scale_factor)
 
     with torch.no_grad():
         dual_bound = (loss_clip > -advantages * clip_ratio_c) & negative
@@ -152,3 +155,50 @@ def value_loss(
     with torch.no_grad():
         clipfrac = masked_mean((err_clipped > err_unclipped).float(), response_mask).item()
     return loss, {"vf_clipfrac": clipfrac}
+
+
+def cross_entropy_loss(log_prob: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Weighted negative log-likelihood, summed over every token: `-sum_i,t w log p`.
+
+    No normalisation: the weights carry it (e.g. `1 / tokens in the batch` for a token mean, as
+    SFT's loss), so gradients accumulated over several calls add up like one call over all the data.
+
+    Args:
+        log_prob: `(batch, seq)` log-probs of the target tokens (with grad).
+        weights: `(batch, seq)`; 0 on tokens that do not count (prompt, padding).
+
+    Returns:
+        A scalar tensor (keeps grad).
+    """
+    return -masked_sum(weights * log_prob, weights != 0)
+
+
+def importance_sampling_loss(
+    log_prob: torch.Tensor,
+    sampler_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Off-policy-corrected REINFORCE, summed over tokens: `-sum_i,t r A` with
+    `r = exp(clamp(log_prob - sampler_log_prob, -20, 20))`.
+
+    The ratio corrects for the sampler's policy differing from the one being trained (a stale
+    snapshot, another precision); without clipping, the gradient is unbiased for the current policy.
+
+    Args:
+        log_prob: `(batch, seq)` log-probs under the trained policy (with grad).
+        sampler_log_prob: `(batch, seq)` log-probs the sampler gave the same tokens.
+        advantages: `(batch, seq)`; 0 where a token does not count.
+        mask: `(batch, seq)`; tokens that count (padding and zero-advantage tokens excluded).
+
+    Returns:
+        `(loss, metrics)`: the scalar loss with grad, and floats `ratio_mean` (masked mean of `r`)
+        and `sampler_kl` (masked mean of `sampler_log_prob - log_prob`, an estimate of the KL from
+        the sampler to the policy).
+    """
+    log_ratio = torch.clamp(log_prob - sampler_log_prob, -_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT)
+    ratio = torch.exp(log_ratio)
+    loss = masked_sum(-ratio * advantages, mask)
+    with torch.no_grad():
+        metrics = {"ratio_mean": masked_mean(ratio, mask).item(), "sampler_kl": masked_mean(-log_ratio, mask).item()}
+    return loss, metrics

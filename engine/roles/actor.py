@@ -171,6 +171,8 @@ class ActorRollout(TrainableRole):
 
         Args:
             batch: rows with `old_log_probs`, `advantages` (and `ref_log_probs` with `use_kl_loss`).
+                Without `old_log_probs` the update is on-policy (one epoch, one mini-batch: checked):
+                each micro-batch's own forward, detached, serves as the old log-probs.
             mini_sizes: this worker's rows in each global mini-batch (see `shard_rows`).
 
         Returns:
@@ -187,7 +189,12 @@ class ActorRollout(TrainableRole):
         totals = mini_batch_totals(self, batch, bounds, a.loss_agg_mode)
         sums = MetricSums()
         nonfinite = False
-        last_log_probs = batch["old_log_probs"].clone()
+        if "old_log_probs" in batch:
+            last_log_probs = batch["old_log_probs"].clone()
+        elif a.ppo_epochs == 1 and len(bounds) == 1:
+            last_log_probs = torch.zeros(batch["response_mask"].shape, dtype=torch.float32)
+        else:
+            raise ValueError("update_actor without old_log_probs needs one PPO epoch in one mini-batch")
         self.model.train()
         for epoch in range(a.ppo_epochs):
             last = epoch == a.ppo_epochs - 1
@@ -234,7 +241,8 @@ class ActorRollout(TrainableRole):
         with self.precision.autocast():
             log_probs, entropy = policy_log_probs(self.model, mb, temperature=self.cfg.rollout.temperature,
                                                   entropy=mode)
-        pg_loss, pg = policy_loss(mb["old_log_probs"], log_probs, mb["advantages"], mask,
+        old = mb["old_log_probs"] if "old_log_probs" in mb else log_probs.detach()
+        pg_loss, pg = policy_loss(old, log_probs, mb["advantages"], mask,
                                   clip_ratio_low=self.clip_low, clip_ratio_high=self.clip_high,
                                   clip_ratio_c=a.clip_ratio_c, loss_agg_mode=a.loss_agg_mode)
         loss = pg_loss

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine.config import Resources
-from engine.distributed import node_identity
+from engine.distributed import TorchThreads, node_identity, worker_threads
 from engine.errors import ConfigError
 
 if TYPE_CHECKING:  # RoleSpec's module imports Ray when it is installed; the spec is only a record here
@@ -95,9 +95,11 @@ class LocalRoleCluster:
         self.groups: dict[str, LocalRoleGroup] = {}
         self.started_s = 0.0
         start = time.perf_counter()
+        # The roles run one after another in this process, each on the worker's CPUs (as a colocated
+        # Ray host does); the process's own setting comes back at `shutdown`.
+        self._threads = TorchThreads(worker_threads(resources))
         try:
             for spec in specs:
-                # num_threads=None: the process's own torch thread setting stays as it is.
                 worker = spec.cls(*spec.args, **spec.kwargs, rank=0, world_size=1, num_threads=None,
                                   use_gpu=resources.gpus_per_worker > 0 and spec.uses_gpu)
                 self.groups[spec.name] = LocalRoleGroup(spec.name, worker)
@@ -127,3 +129,4 @@ class LocalRoleCluster:
             if shutdown is not None:
                 shutdown()
         self.groups = {}
+        self._threads.restore()

@@ -21,7 +21,6 @@ call: `RoleGroup.submit` returns object refs and the driver gathers them once pe
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +34,7 @@ except ImportError:  # the in-process executor (engine.roles.local) needs only `
 
 from engine.cluster import code_options
 from engine.config import Resources
-from engine.distributed import WorkerLost, is_collective_failure, placement_strategy
+from engine.distributed import WorkerLost, is_collective_failure, placement_strategy, worker_threads
 from engine.errors import EngineError
 from engine.roles.actor import ActorRollout
 from engine.roles.critic import Critic
@@ -152,14 +151,6 @@ def get(refs: Sequence[Any], timeout: float | None = None) -> list[Any]:
         raise unwrap_ray_error(err) from None
 
 
-def _usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity where the platform reports it)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 class RoleCluster:
     """Start, place and join the workers of all roles; `shutdown` kills them and frees the resources.
 
@@ -215,11 +206,8 @@ class RoleCluster:
                 pg, placement_group_bundle_index=index))
 
         # torch threads per worker (a colocated host runs its roles one after another, so all of them
-        # use the bundle's CPUs): the CPUs reserved for it, rounded down, at least 1 and at most the
-        # cores this process may use. More threads than reserved CPUs oversubscribe the machine, and
-        # OpenMP's spinning threads collapse under contention (2 threads on 2 shared cores turned a
-        # 0.26 s PPO iteration into 7.2 s in bench.ppo).
-        threads = max(1, min(int(cpus), _usable_cores()))
+        # use the bundle's CPUs): `worker_threads`, from the CPUs reserved for it.
+        threads = worker_threads(resources)
         parallel: list[RoleGroup] = []
         if resources.colocate:
             hosts = [REMOTE_CLASSES[Colocated].options(**options(self._pgs[0], i, gpus)).remote(

@@ -6,6 +6,7 @@ response token (`token_level_scores`) before the KL penalty and the advantages.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -22,6 +23,8 @@ from engine.rewards import RewardFn, score_response
 from engine.roles.base import Role, iter_micro_batches
 from engine.roles.batch import Batch, build_batch
 
+log = logging.getLogger(__name__)
+
 
 class Reward(Role):
     """Scores responses.
@@ -33,11 +36,15 @@ class Reward(Role):
         functions: rule functions by name (resolved by the driver, `engine.rewards`), or None.
         function: the name used for every row; None picks `functions[row["data_source"]]` per row.
         options: keyword arguments passed to every rule function (e.g. `format_score`).
+        grading: for the `grader` function, the job request's `reward.grading` (python-grader limits,
+            score-model paths): the whole batch is scored by one `engine.graders.Grader`, built once
+            (a score_model grader's model loads on first use and stays for the job).
     """
 
     def __init__(self, config: PPOConfig, *, tokenizer_path: str, model_path: str | None = None,
                  functions: Mapping[str, RewardFn] | None = None, function: str | None = None,
-                 options: Mapping[str, Any] | None = None, rank: int = 0, world_size: int = 1,
+                 options: Mapping[str, Any] | None = None, grading: Mapping[str, Any] | None = None,
+                 rank: int = 0, world_size: int = 1,
                  num_threads: int | None = None, seed: int = 0, use_gpu: bool = False,
                  artifacts: Artifacts | None = None) -> None:
         super().__init__(rank=rank, world_size=world_size, num_threads=num_threads, seed=seed, use_gpu=use_gpu,
@@ -51,6 +58,12 @@ class Reward(Role):
         self.functions = dict(functions or {})
         self.function = function
         self.options = dict(options or {})
+        self.grader = None
+        if function == "grader":
+            from engine.graders import job_grader
+
+            self.grader = job_grader(self.options, grading, device=self.device, dtype=config.model.dtype,
+                                     stage=self.artifacts.stage)
         self.model = None
         if model_path is not None:
             from engine.config import ModelConfig
@@ -75,6 +88,8 @@ class Reward(Role):
         return [row[:n] for row, n in zip(batch["responses"].tolist(), lengths)]
 
     def _rule_scores(self, batch: Batch, meta: Sequence[Mapping[str, Any]]) -> torch.Tensor:
+        if self.grader is not None:
+            return self._grader_scores(batch, meta)
         max_tokens = batch["responses"].shape[1]
         scores = []
         for ids, info in zip(self._responses(batch), meta):
@@ -85,6 +100,17 @@ class Reward(Role):
                                          data_source=info.get("data_source"), response_ids=ids,
                                          num_tokens=len(ids), max_tokens=max_tokens, **self.options))
         return torch.tensor(scores, dtype=torch.float32)
+
+    def _grader_scores(self, batch: Batch, meta: Sequence[Mapping[str, Any]]) -> torch.Tensor:
+        from engine.graders import item_of, sample_of
+
+        texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in self._responses(batch)]
+        results = self.grader.score([sample_of(t) for t in texts], [item_of(m.get("ground_truth")) for m in meta])
+        failed = [r.error for r in results if r.error is not None]
+        if failed:  # the sample scores 0.0 (OpenAI's behaviour); say why once per batch
+            log.warning("grader: %d of %d samples not scored, e.g. %s: %s", len(failed), len(results),
+                        failed[0]["param"], failed[0]["message"])
+        return torch.tensor([r.score for r in results], dtype=torch.float32)
 
     @torch.no_grad()
     def _model_scores(self, batch: Batch, meta: Sequence[Mapping[str, Any]]) -> torch.Tensor:

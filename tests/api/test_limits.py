@@ -63,6 +63,34 @@ def test_a_dead_redis_falls_back_to_counting_in_process_without_stalling():
     assert time.monotonic() - started < 2 * ratelimit.REDIS_TIMEOUT_S + 1.0  # one failed try, then local
 
 
+def test_the_event_loop_check_shares_the_budget_and_never_waits_on_a_silent_redis():
+    """`acheck` (what API requests use) counts in the same Redis budget as `check`; a Redis that
+    accepts connections and never answers costs one bounded wait, then the process counts alone."""
+    import asyncio
+
+    prefix = _prefix()
+    shared = ratelimit.RateLimiter(settings.REDIS_URL, prefix=prefix)
+
+    async def mixed():
+        return [(await shared.acheck("key-z", 4)).allowed if i % 2 else shared.check("key-z", 4).allowed
+                for i in range(6)]
+
+    assert asyncio.run(mixed()) == [True, True, True, True, False, False]
+
+    async def silent():
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)  # accepts, never answers
+        port = server.sockets[0].getsockname()[1]
+        limiter = ratelimit.RateLimiter(f"redis://127.0.0.1:{port}/0", prefix=_prefix())
+        started = time.monotonic()
+        answers = [(await limiter.acheck("key-w", 2)).allowed for _ in range(4)]
+        server.close()
+        return answers, time.monotonic() - started
+
+    answers, took = asyncio.run(silent())
+    assert answers == [True, True, False, False]
+    assert took < ratelimit.REDIS_TIMEOUT_S + 1.0  # one timed-out try, then local
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -29,8 +29,9 @@ def test_list_and_retrieve(client, auth, models):
     assert [m["id"] for m in rms] == [models[2], models[1]]
     m = client.get(f"/v1/models/{models[0]}", headers=auth).json()
     assert m == {"id": models[0], "object": "model", "name": m["name"], "kind": "policy", "format": "lora",
-                 "base_model": "org/base", "job_id": None, "created_at": m["created_at"],
-                 "created": m["created_at"], "owned_by": m["owned_by"]}  # the last two: OpenAI's names
+                 "base_model": "org/base", "job_id": None, "trainer_id": None, "created_at": m["created_at"],
+                 "created": m["created_at"], "owned_by": m["owned_by"],  # these two: OpenAI's names
+                 "alias_of": None}  # set on a fine-tuned model's `ft:` entry only
     assert m["owned_by"].startswith("proj-")
     assert client.get("/v1/models?kind=critic", headers=auth).json()["param"] == "kind"
 

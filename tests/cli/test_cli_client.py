@@ -61,6 +61,18 @@ def test_upload_create_list_cancel(cli_env, no_dispatch, run_keel, tmp_path, kee
     assert again.exit_code == 1 and "Conflict" in again.stderr and "job_id" not in again.stdout
 
 
+def test_pause_and_resume(cli_env, no_dispatch, run_keel, tmp_path, keel_home):
+    job_id = _create(run_keel, tmp_path, keel_home, _upload(run_keel, tmp_path))
+    paused = run_keel("jobs", "pause", job_id)  # queued: paused at once
+    assert paused.exit_code == 0 and paused.stdout.strip() == f"{job_id} paused"
+    assert "paused" in run_keel("jobs", "list").stdout
+    resumed = run_keel("jobs", "resume", job_id)
+    assert resumed.exit_code == 0 and resumed.stdout.strip() == f"{job_id} queued"
+    assert no_dispatch[-1] == ("enqueue_job", job_id)
+    again = run_keel("jobs", "resume", job_id)
+    assert again.exit_code == 1 and "Conflict" in again.stderr and "(param: job_id)" in again.stderr
+
+
 def test_problems_print_title_detail_and_param(cli_env, no_dispatch, run_keel, tmp_path, keel_home):
     file_id = _upload(run_keel, tmp_path)
     result = run_keel("jobs", "create", "--method", "reward_model", "--model", _model_dir(keel_home),

@@ -49,6 +49,22 @@ def test_safetensors_headers_give_the_exact_count(tmp_path):
     assert arch.parameters("score") == 640 - 256 + 8
 
 
+def test_a_directory_is_read_again_when_its_files_change(tmp_path, monkeypatch):
+    """`from_dir` remembers a directory (every create asks) only while its files stay as they were."""
+    reads = []
+    real = Architecture._read_dir.__func__
+    monkeypatch.setattr(Architecture, "_read_dir", classmethod(lambda cls, p: reads.append(p) or real(cls, p)))
+    (tmp_path / "config.json").write_text(json.dumps(TINY))
+    assert Architecture.from_dir(tmp_path) == Architecture.from_dir(tmp_path) == ARCH
+    assert len(reads) == 1
+    (tmp_path / "config.json").write_text(json.dumps({**TINY, "num_hidden_layers": 3, "pad": "x" * 10}))
+    assert Architecture.from_dir(tmp_path).num_hidden_layers == 3
+    header = json.dumps({"lm_head.weight": {"dtype": "F32", "shape": [32, 8], "data_offsets": [0, 1]}}).encode()
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    assert Architecture.from_dir(tmp_path).exact_lm_head == 256  # a new weight file counts
+    assert len(reads) == 3
+
+
 def test_a_config_without_the_shape_is_refused():
     with pytest.raises(mp.PlanError, match="hidden_size"):
         Architecture.from_config({"vocab_size": 10})

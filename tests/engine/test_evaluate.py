@@ -18,7 +18,7 @@ from engine.algos.evaluation import (
     win_rate,
 )
 from engine.config import EvalConfig, JobRequest, ModelConfig, Resources, build_config
-from engine.errors import Cancelled, DataError
+from engine.errors import Cancelled, DataError, Paused
 from engine.evaluate import RESULTS_NAME, run_eval
 from engine.reporting import RecordingReporter
 from engine.rewards import register_reward, unregister_reward
@@ -224,6 +224,19 @@ def test_cancel_between_batches(demo_assets, prompts, tmp_path):
         run_eval(make_request(demo_assets, prompts, tmp_path, config={"data": {"val_batch_size": 4}}),
                  StopAfterFirstBatch())
     assert not (tmp_path / "out" / RESULTS_NAME).exists()
+
+
+def test_pause_between_batches(demo_assets, prompts, tmp_path):
+    """An evaluation has no checkpoints: it stops between batches and a resumed one starts over."""
+    class PauseAfterFirstBatch(RecordingReporter):
+        def should_pause(self):
+            return any(e["message"].startswith("eval batch") for e in self.of("log"))
+
+    reporter = PauseAfterFirstBatch()
+    with pytest.raises(Paused):
+        run_eval(make_request(demo_assets, prompts, tmp_path, config={"data": {"val_batch_size": 4}}), reporter)
+    assert len([e for e in reporter.of("log") if e["message"].startswith("eval batch")]) == 1
+    assert not (tmp_path / "out" / RESULTS_NAME).exists() and reporter.of("metrics") == []
 
 
 @pytest.fixture(scope="module")

@@ -107,11 +107,12 @@ def test_packed_policy_log_probs_and_sft_loss_equal_padded_with_equal_gradients(
     prompt_lens = torch.tensor([3, 10, 1, 2, 19])
     losses = []
     for model in (packed, padded):
-        loss, tokens = sft_loss_sum(model, ids, mask, prompt_lens)
+        loss, tokens, correct = sft_loss_sum(model, ids, mask, prompt_lens)
         loss.backward()
-        losses.append((loss, tokens))
+        losses.append((loss, tokens, correct))
     torch.testing.assert_close(losses[0][0], losses[1][0], **TOL)
     assert int(losses[0][1]) == int(losses[1][1]) == sum(len(s) - max(p, 1) for s, p in zip(seqs, [3, 10, 1, 2, 19]))
+    assert int(losses[0][2]) == int(losses[1][2])  # token accuracy: the same argmax hits
     assert_same_grads(packed, padded)
 
     # Every position's logits, not only the loss: packed row mapped back to (batch, seq).

@@ -26,7 +26,7 @@ REQUIRED_METRICS = (
     "critic/advantages/var", "critic/values/mean", "critic/vf_explained_var", "actor/reward_kl_penalty",
     "actor/reward_kl_penalty_coeff", "response_length/mean", "response_length/clip_ratio", "timing_s/gen",
     "timing_s/ref", "timing_s/values", "timing_s/adv", "timing_s/update_critic", "timing_s/update_actor",
-    "timing_s/step", "timing_s/snapshot", "perf/throughput",
+    "timing_s/step", "timing_s/snapshot", "perf/throughput", "train/response_tokens",
 )
 TINY = {
     "data": {"train_batch_size": 4, "max_prompt_length": 32, "max_response_length": 8},
@@ -83,6 +83,7 @@ def test_gsm8k_run_reports_every_metric(baseline):
         assert not missing, f"step {event['step']} lacks {missing}"
         assert event["total_steps"] == 4
         assert all(isinstance(v, float) for v in event["values"].values())
+        assert event["values"]["train/response_tokens"] >= event["values"]["response_length/mean"] > 0
     # Validation on test_freq steps and at the end; the overfit check at the end.
     assert [s for s in reporter.steps() if "val/reward/mean" in reporter.of("metrics")[s - 1]["values"]] == [2, 4]
     assert "val/overfit_gap" in result.metrics and math.isfinite(result.metrics["val/overfit_gap"])

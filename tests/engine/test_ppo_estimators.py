@@ -72,6 +72,29 @@ def test_each_estimator_trains_without_a_critic(estimator, demo_assets, tmp_path
         assert "critic/score_baseline/mean" not in metrics
 
 
+@pytest.mark.parametrize("mini_batch", [4, 2])
+def test_on_policy_steps_skip_the_old_log_prob_pass(mini_batch, demo_assets, tmp_path, monkeypatch):
+    """One epoch in one mini-batch (4 prompts) without KL in the reward: the actor is never asked for
+    old log-probs, the rollout KL comes from the update's forward; two mini-batches need the pass."""
+    from engine.roles.actor import ActorRollout
+
+    calls = []
+    real = ActorRollout.compute_log_prob
+    monkeypatch.setattr(ActorRollout, "compute_log_prob", lambda self, b: calls.append(1) or real(self, b))
+    reporter = RecordingReporter()
+    overrides = _critic_free("grpo")
+    overrides["actor"]["ppo_mini_batch_size"] = mini_batch
+    run_ppo(_local(make_request(demo_assets, tmp_path, overrides=overrides, validation=False)), reporter)
+    metrics = reporter.of("metrics")[-1]["values"]
+    assert reporter.steps() == [1, 2]
+    assert torch.isfinite(torch.tensor([metrics["actor/reward_kl_penalty"], metrics["guardrails/kl"]])).all()
+    if mini_batch == 4:
+        assert calls == [] and "timing_s/old_log_prob" not in metrics
+        assert metrics["actor/pg_clipfrac"] == 0.0  # ratio exactly 1: the old log-probs are the update's own
+    else:
+        assert len(calls) == 2 and "timing_s/old_log_prob" in metrics
+
+
 def test_dynamic_sampling_fills_the_batch_with_informative_groups(demo_assets, tmp_path, monkeypatch, reward_fn):
     seen = []
     real = experience.advantages

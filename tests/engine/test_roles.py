@@ -259,3 +259,29 @@ def test_retokenizing_for_another_vocabulary_keeps_the_whole_conversation(demo_a
     scored = reward._retokenize(batch, [{"prompt": example.text, "conversation": example.conversation}])
     text = other.decode(scored["input_ids"][0][scored["attention_mask"][0].bool()])
     assert "answer tersely" in text and "what is 2 + 2" in text and "and 3 + 3" in text
+
+
+def test_on_policy_update_without_old_log_probs_equals_the_recomputed_one(demo_assets, prompts):
+    """One epoch in one mini-batch: the update's own forward serves as the old log-probs, and the
+    weights come out as with the `old_log_prob` pass; more epochs or mini-batches refuse it."""
+    from engine.roles.actor import ActorRollout
+
+    on_policy = config(actor={"ppo_epochs": 1, "ppo_mini_batch_size": 4})
+    results = []
+    for recompute in (True, False):
+        role = ActorRollout(on_policy, demo_assets["model"], total_steps=10)
+        batch = _train_batch(role, rollout(role, prompts[:4]))
+        if not recompute:
+            batch.pop("old_log_probs")
+        out = role.update_actor(batch, [4])
+        assert not out["nonfinite"]
+        results.append((_trained(role), out))
+    for key, value in results[0][0].items():
+        torch.testing.assert_close(value, results[1][0][key], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(results[1][1]["log_probs"], results[0][1]["log_probs"], atol=1e-5, rtol=1e-5)
+    assert results[1][1]["metrics"]["actor/pg_clipfrac"][0] == 0.0
+    role = ActorRollout(config(), demo_assets["model"], total_steps=10)  # 2 epochs, 2 mini-batches
+    batch = _train_batch(role, rollout(role, prompts[:4]))
+    batch.pop("old_log_probs")
+    with pytest.raises(ValueError, match="one PPO epoch"):
+        role.update_actor(batch, [2, 2])

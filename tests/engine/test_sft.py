@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from engine.config import JobRequest, Resources, SFTConfig, build_config
 from engine.errors import Cancelled, ConfigError
 from engine.reporting import RecordingReporter
 from engine.schedule import lr_factor
-from engine.sft import run_sft
+from engine.sft import run_sft, sft_loss_sum
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -53,11 +54,36 @@ def test_sft_lowers_validation_loss(demo_assets, tmp_path):
     assert [c["step"] for c in reporter.of("checkpoint")] == [8, 16]
     assert result.model_kind == "policy" and result.model_format == "hf"
     assert result.metrics["val/loss"] == val[-1]
+    # Token accuracy rises with the loss falling, stays a share, and reaches the checkpoints' metrics.
+    train_acc, val_acc = reporter.series("train/token_accuracy"), reporter.series("val/token_accuracy")
+    assert len(train_acc) == 16 and len(val_acc) == 8
+    assert all(0.0 <= a <= 1.0 for a in train_acc + val_acc)
+    assert val_acc[-1] > val_acc[0] + 0.1 and train_acc[-1] > train_acc[0], (train_acc, val_acc)
+    assert all({"train/token_accuracy", "val/token_accuracy"} <= set(c["metrics"]) for c in reporter.of("checkpoint"))
+    assert sum(reporter.series("train/response_tokens")) > 0
 
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(result.output_dir)
     assert sum(p.numel() for p in model.parameters()) > 0
+
+
+class _NextToken(torch.nn.Module):
+    """A "model" whose argmax after token t is t + 1 (mod the vocabulary)."""
+
+    def forward(self, input_ids, attention_mask):
+        return SimpleNamespace(logits=torch.nn.functional.one_hot((input_ids + 1) % 10, 10).float() * 4.0)
+
+
+def test_token_accuracy_counts_argmax_hits_on_response_tokens_only():
+    ids = torch.tensor([[1, 2, 3, 9, 5, 0], [4, 5, 7, 8, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0]])
+    # Response targets: row 0 positions 2..4 (3 hit, 9 miss, 5 miss); row 1 positions 1..3 (5 hit, 7 miss, 8 hit).
+    _, tokens, correct = sft_loss_sum(_NextToken(), ids, mask, torch.tensor([2, 1]))
+    assert (int(tokens), int(correct)) == (6, 3)
+    # A prompt covering the whole row: nothing counted.
+    _, tokens, correct = sft_loss_sum(_NextToken(), ids, mask, torch.tensor([6, 6]))
+    assert (int(tokens), int(correct)) == (0, 0)
 
 
 def test_resume_after_cancel_is_exact(demo_assets, tmp_path):

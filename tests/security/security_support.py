@@ -124,6 +124,9 @@ class World:
     checkpoint_id: str
     model_id: str
     webhook_id: str = ""
+    trainer_id: str = ""
+    """A trainer with one (failed) operation, deleted: its event stream ends at once."""
+    operation_id: str = ""
 
     @property
     def headers(self) -> dict[str, str]:
@@ -132,7 +135,8 @@ class World:
     @property
     def ids(self) -> dict[str, str]:
         return {"file_id": self.file_id, "job_id": self.job_id, "checkpoint_id": self.checkpoint_id,
-                "model_id": self.model_id, "webhook_id": self.webhook_id}
+                "model_id": self.model_id, "webhook_id": self.webhook_id, "trainer_id": self.trainer_id,
+                "operation_id": self.operation_id}
 
 
 def build_world(client, keel_home: Path, monkeypatch, prefix: str = "world") -> World:
@@ -145,6 +149,7 @@ def build_world(client, keel_home: Path, monkeypatch, prefix: str = "world") -> 
 
     monkeypatch.setattr(dispatch, "enqueue_job", lambda job_id: True)
     monkeypatch.setattr(dispatch, "request_cancel", lambda job_id: False)
+    monkeypatch.setattr(dispatch, "enqueue_trainer", lambda trainer_id, **_: True)
     files, jobs = api_files(), api_jobs()
     project_id, key = new_project_key(prefix)
     auth = {"Authorization": f"Bearer {key}"}
@@ -190,8 +195,16 @@ def build_world(client, keel_home: Path, monkeypatch, prefix: str = "world") -> 
     # After the events: the webhook (to a closed loopback port) has nothing to send.
     r = client.post("/v1/webhooks", headers=auth, json={"url": "http://127.0.0.1:9/hook"})
     assert r.status_code == 201, r.text
+    webhook_id = r.json()["id"]
+    r = client.post("/v1/trainers", headers=auth, json={"model": "org/name", "metadata": {"world": prefix}})
+    assert r.status_code == 201, r.text
+    trainer_id = r.json()["id"]
+    r = client.post(f"/v1/trainers/{trainer_id}/optim_step", headers=auth, json={})
+    assert r.status_code == 202, r.text
+    operation_id = r.json()["id"]
+    assert client.delete(f"/v1/trainers/{trainer_id}", headers=auth).status_code == 200
     return World(project_id, key, file_id, spare_file_id, job_id, queued_job_id, checkpoint_id, model_id,
-                 webhook_id=r.json()["id"])
+                 webhook_id=webhook_id, trainer_id=trainer_id, operation_id=operation_id)
 
 
 def retire_jobs(project_id: str) -> None:

@@ -38,7 +38,7 @@ def fill(path: str, ids: dict[str, str]) -> str:
 def test_every_id_parameter_is_a_known_resource():
     """A new kind of id in a path must be added to World.ids (and so to these tests)."""
     names = {name for r in ID_ROUTES for name in path_params(r.path)}
-    assert names == {"file_id", "job_id", "checkpoint_id", "model_id", "webhook_id"}
+    assert names == {"file_id", "job_id", "checkpoint_id", "model_id", "webhook_id", "trainer_id", "operation_id"}
     assert len(ID_ROUTES) >= 12
 
 

@@ -126,6 +126,22 @@ def test_should_stop(running_job):
     assert local.should_stop() is True
 
 
+def test_should_pause(running_job):
+    r = _reporter(running_job, stop_cache_s=0)
+    assert (r.should_pause(), r.should_stop()) == (False, False)
+    with session_scope() as db:
+        db.execute(update(Job).where(Job.id == running_job).values(status="pausing"))
+    # A pause is not a stop: the loop checkpoints, and the job stays this attempt's (heartbeats too).
+    assert (r.should_pause(), r.should_stop()) == (True, False)
+    assert Heartbeat(running_job, 1, 1.0, on_lost=lambda: None).beat() is True
+    with session_scope() as db:  # cancelled while pausing: stop wins
+        db.execute(update(Job).where(Job.id == running_job).values(status="cancelling"))
+    assert (r.should_pause(), r.should_stop()) == (False, True)
+    with session_scope() as db:  # paused (by a sweeper): no longer this attempt's to run
+        db.execute(update(Job).where(Job.id == running_job).values(status="paused"))
+    assert (r.should_pause(), r.should_stop()) == (False, True)
+
+
 def test_should_stop_is_cached(running_job):
     r = _reporter(running_job, stop_cache_s=60)
     assert r.should_stop() is False

@@ -106,6 +106,34 @@ def test_teacher_and_reward_model(project_id, model_dir):
     assert _resolve(ppo_fn).reward == {"function": "gsm8k", "options": {"strict": True}}
 
 
+def test_a_grader_reward_gets_the_deployments_python_limits_and_its_score_models(project_id, model_dir,
+                                                                                monkeypatch):
+    import json
+
+    rm = _model_row(project_id, str(model_dir), kind="reward_model")
+    grader = {"type": "multi", "name": "m", "calculate_output": "a + b", "graders": {
+        "a": {"type": "score_model", "name": "a", "model": rm, "input": [{"role": "user", "content": "x"}]},
+        "b": {"type": "python", "name": "b", "source": "def grade(s, i):\n    return 1\n"}}}
+    job = add_job(project_id, add_file(project_id, purpose="prompts"), model=str(model_dir), method="ppo")
+    with session_scope() as db:
+        row = db.get(Job, job)
+        row.spec = {**row.spec, "method": {**row.spec["method"], "reward": {
+            "model": None, "function": "grader", "options": {"grader": json.dumps(grader)}}}}
+    monkeypatch.setattr(settings, "ALLOW_PYTHON_GRADERS", True)
+    monkeypatch.setattr(settings, "PYTHON_GRADER_CPU_S", 3.0)
+    monkeypatch.setattr(settings, "PYTHON_GRADER_TIMEOUT_S", 7.0)
+    monkeypatch.setattr(settings, "PYTHON_GRADER_MEMORY_MB", 512)
+    grading = _resolve(job).reward["grading"]
+    assert grading == {"python": {"cpu_s": 3.0, "wall_s": 7.0, "memory_mb": 512}, "models": {rm: str(model_dir)}}
+    monkeypatch.setattr(settings, "ALLOW_PYTHON_GRADERS", False)  # turned off since the job was queued
+    assert _resolve(job).reward["grading"]["python"] is None  # the engine then fails the job
+    with session_scope() as db:
+        db.delete(db.get(Model, rm))
+    with pytest.raises(EngineError) as err:
+        _resolve(job)
+    assert err.value.param == "method.reward.options.grader.graders.a.model"
+
+
 def test_bad_hyperparameters_and_missing_files_are_user_errors(project_id, model_dir):
     f = add_file(project_id)
     with pytest.raises(ConfigError) as err:

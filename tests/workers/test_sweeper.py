@@ -14,6 +14,7 @@ from kombu.exceptions import OperationalError as BrokerDown
 from sqlalchemy import update
 
 from core.db import session_scope
+from core.events import append_event
 from core.models import Job, utcnow
 from workers import dispatch
 from workers.sweeper import dispatch_pending, recover_lost_jobs, sweep_once
@@ -158,6 +159,44 @@ def test_request_cancel_finishes_a_job_no_worker_runs(project_id):
     assert get_job(idle).status == "cancelled"
     assert dispatch.request_cancel(running) is False  # its worker stops it
     assert get_job(running).status == "cancelling"
+
+
+def test_pausing_job_whose_worker_died_is_paused_not_requeued(project_id, sent):
+    job = add_running_job(project_id, add_file(project_id), heartbeat_age_s=30, status="pausing")
+    result = recover_lost_jobs(heartbeat_timeout_s=10)
+    assert job in result.paused and job not in result.requeued + result.failed
+    row = get_job(job)
+    assert (row.status, row.worker_id, row.heartbeat_at, row.dispatched_at) == ("paused", None, None, None)
+    assert [(e.type, e.data) for e in events_of(job)] == [("job.status", {"status": "paused"})]
+    assert job not in sweep_once(heartbeat_timeout_s=10).dispatched  # a paused job is never sent
+
+
+def test_request_pause_pauses_a_job_no_worker_runs(project_id):
+    f = add_file(project_id)
+    idle = add_job(project_id, f, status="pausing")
+    running = add_running_job(project_id, f, status="pausing")
+    assert dispatch.request_pause(idle) is True
+    assert get_job(idle).status == "paused"
+    assert dispatch.request_pause(running) is False  # its worker checkpoints and pauses it
+    assert get_job(running).status == "pausing"
+
+
+def _status_events(job_id: str, statuses: list[str]) -> None:
+    with session_scope() as db:
+        for status in statuses:
+            append_event(db, job_id, "job.status", {"status": status}, commit=False)
+
+
+def test_attempts_that_ended_in_a_pause_are_not_lost_attempts(project_id, sent):
+    """Three attempts, two of them paused and resumed: a lost worker now is the first loss, re-queued."""
+    job = add_running_job(project_id, add_file(project_id), heartbeat_age_s=30, attempts=3)
+    _status_events(job, ["running", "pausing", "paused", "queued", "running", "pausing", "paused", "queued",
+                         "running"])
+    assert job in recover_lost_jobs(heartbeat_timeout_s=10, max_attempts=3).requeued
+    # A queued job paused spent no attempt: with one pause of that kind, attempt 3 lost is the last.
+    other = add_running_job(project_id, add_file(project_id), heartbeat_age_s=30, attempts=3)
+    _status_events(other, ["paused", "queued", "running"])
+    assert other in recover_lost_jobs(heartbeat_timeout_s=10, max_attempts=3).failed
 
 
 def test_several_sweepers_requeue_a_lost_job_once(project_id, sent):

@@ -102,6 +102,23 @@ def test_terminal_states_are_never_left(project_id):
     assert get_job(job).status == "failed"
 
 
+def test_a_paused_attempt_releases_the_job_and_a_cancel_meanwhile_wins(project_id):
+    f = add_file(project_id)
+    job = add_running_job(project_id, f, status="pausing")
+    claim = tasks.Claim(job, 1, "test:1:abc")  # the factory's worker and attempt
+    assert tasks.finish_paused(tasks.Claim(job, 2, "test:1:abc"), 3).startswith("stopped")  # another attempt's
+    assert tasks.finish_paused(claim, 3) == "paused"
+    row = get_job(job)
+    assert (row.status, row.worker_id, row.heartbeat_at, row.dispatched_at, row.finished_at) == (
+        "paused", None, None, None, None)
+    assert [(e.type, e.data) for e in events_of(job)] == [
+        ("job.status", {"status": "paused"}),
+        ("job.log", {"message": "paused after step 3; a resume continues from its newest checkpoint"})]
+    cancelled = add_running_job(project_id, f, status="cancelling")  # cancelled while it was pausing
+    assert tasks.finish_paused(tasks.Claim(cancelled, 1, "test:1:abc"), 3) == "cancelled"
+    assert [e.data for e in events_of(cancelled)] == [{"status": "cancelled"}, {"status": "cancelled"}]
+
+
 def test_output_model_name(project_id):
     f = add_file(project_id)
     with session_scope() as db:

@@ -140,7 +140,7 @@ def test_secret_is_shown_once_and_routes_are_per_project(client, auth, other_aut
 
 def test_default_event_types_are_all_of_them(client, auth):
     assert create(client, auth, "http://127.0.0.1:9/hook")["event_types"] == [
-        "job.succeeded", "job.failed", "job.cancelled", "job.warning", "job.checkpoint"]
+        "job.succeeded", "job.failed", "job.cancelled", "job.warning", "job.checkpoint", "job.paused"]
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:8080/hook", "http://localhost/hook", "http://10.1.2.3/hook",
@@ -159,6 +159,14 @@ def test_malformed_or_unresolvable_urls_are_refused(client, auth, resolver, url)
     resolver({})  # DNS knows no name
     r = client.post("/v1/webhooks", headers=auth, json={"url": url})
     assert r.status_code == 422 and r.json()["param"] == "url", r.text
+
+
+def test_a_completed_pause_is_the_job_paused_webhook():
+    from core.webhooks import webhook_type
+
+    assert webhook_type("job.status", {"status": "paused"}) == "job.paused"
+    assert [webhook_type("job.status", {"status": s}) for s in ("pausing", "queued", "running")] == [None] * 3
+    assert webhook_type("job.done", {"status": "cancelled"}) == "job.cancelled"
 
 
 def test_unknown_event_type_is_refused(client, auth):

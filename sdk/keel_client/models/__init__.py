@@ -6,6 +6,7 @@ from .actor_config_loss_agg_mode import ActorConfigLossAggMode
 from .actor_config_strategy import ActorConfigStrategy
 from .actor_optim_config import ActorOptimConfig
 from .actor_optim_config_lr_scheduler_type import ActorOptimConfigLrSchedulerType
+from .adam_params import AdamParams
 from .algorithm_config import AlgorithmConfig
 from .algorithm_config_adv_estimator import AlgorithmConfigAdvEstimator
 from .algorithm_config_kl_penalty import AlgorithmConfigKlPenalty
@@ -24,6 +25,7 @@ from .critic_config_loss_agg_mode import CriticConfigLossAggMode
 from .critic_config_strategy import CriticConfigStrategy
 from .data_config import DataConfig
 from .data_config_truncation import DataConfigTruncation
+from .datum import Datum
 from .distill_model_config import DistillModelConfig
 from .distill_model_config_dtype import DistillModelConfigDtype
 from .distill_model_config_lora_rank_type_1 import DistillModelConfigLoraRankType1
@@ -71,6 +73,8 @@ from .fine_tuning_job_metadata_type_0 import FineTuningJobMetadataType0
 from .fine_tuning_job_method import FineTuningJobMethod
 from .fine_tuning_job_status import FineTuningJobStatus
 from .fine_tuning_jobs import FineTuningJobs
+from .forward_backward_request import ForwardBackwardRequest
+from .forward_backward_request_loss_fn import ForwardBackwardRequestLossFn
 from .fsdp_config import FSDPConfig
 from .grader_run import GraderRun
 from .grader_run_grader import GraderRunGrader
@@ -103,6 +107,11 @@ from .kl_control_config_type import KLControlConfigType
 from .list_files_purpose_type_0 import ListFilesPurposeType0
 from .list_jobs_status_type_0 import ListJobsStatusType0
 from .list_models_kind_type_0 import ListModelsKindType0
+from .list_trainers_status_type_0 import ListTrainersStatusType0
+from .load_state_request import LoadStateRequest
+from .lora_spec import LoraSpec
+from .loss_fn_config import LossFnConfig
+from .loss_fn_inputs import LossFnInputs
 from .m_lflow_settings import MLflowSettings
 from .memory_capacity import MemoryCapacity
 from .memory_plan import MemoryPlan
@@ -118,8 +127,10 @@ from .model_public import ModelPublic
 from .model_public_format import ModelPublicFormat
 from .model_public_kind import ModelPublicKind
 from .models_public import ModelsPublic
+from .operation_error import OperationError
 from .optim_config import OptimConfig
 from .optim_config_lr_scheduler_type import OptimConfigLrSchedulerType
+from .optim_step_request import OptimStepRequest
 from .overlong_buffer_config import OverlongBufferConfig
 from .ppo_config import PPOConfig
 from .ppo_method import PPOMethod
@@ -144,6 +155,9 @@ from .role_memory import RoleMemory
 from .rollout_config import RolloutConfig
 from .rollout_config_name import RolloutConfigName
 from .run_grader_response_run_grader import RunGraderResponseRunGrader
+from .sample_request import SampleRequest
+from .sampling_params import SamplingParams
+from .save_request import SaveRequest
 from .secret_deleted import SecretDeleted
 from .secret_public import SecretPublic
 from .secret_write import SecretWrite
@@ -152,6 +166,25 @@ from .sft_config import SFTConfig
 from .sft_method import SFTMethod
 from .step_guardrail_config import StepGuardrailConfig
 from .trainer_config import TrainerConfig
+from .trainer_create import TrainerCreate
+from .trainer_create_dtype import TrainerCreateDtype
+from .trainer_create_metadata import TrainerCreateMetadata
+from .trainer_error import TrainerError
+from .trainer_event_public import TrainerEventPublic
+from .trainer_event_public_data import TrainerEventPublicData
+from .trainer_event_public_type import TrainerEventPublicType
+from .trainer_events_public import TrainerEventsPublic
+from .trainer_operation_public import TrainerOperationPublic
+from .trainer_operation_public_kind import TrainerOperationPublicKind
+from .trainer_operation_public_result_type_0 import TrainerOperationPublicResultType0
+from .trainer_operation_public_status import TrainerOperationPublicStatus
+from .trainer_operations_public import TrainerOperationsPublic
+from .trainer_public import TrainerPublic
+from .trainer_public_dtype import TrainerPublicDtype
+from .trainer_public_metadata import TrainerPublicMetadata
+from .trainer_public_status import TrainerPublicStatus
+from .trainer_resources import TrainerResources
+from .trainers_public import TrainersPublic
 from .upload_file_file_upload import UploadFileFileUpload
 from .upload_file_file_upload_purpose import UploadFileFileUploadPurpose
 from .validate_grader_response_validate_grader import ValidateGraderResponseValidateGrader
@@ -178,6 +211,7 @@ __all__ = (
     "ActorConfigStrategy",
     "ActorOptimConfig",
     "ActorOptimConfigLrSchedulerType",
+    "AdamParams",
     "AlgorithmConfig",
     "AlgorithmConfigAdvEstimator",
     "AlgorithmConfigKlPenalty",
@@ -196,6 +230,7 @@ __all__ = (
     "CriticConfigStrategy",
     "DataConfig",
     "DataConfigTruncation",
+    "Datum",
     "DistillModelConfig",
     "DistillModelConfigDtype",
     "DistillModelConfigLoraRankType1",
@@ -243,6 +278,8 @@ __all__ = (
     "FineTuningJobMethod",
     "FineTuningJobs",
     "FineTuningJobStatus",
+    "ForwardBackwardRequest",
+    "ForwardBackwardRequestLossFn",
     "FSDPConfig",
     "GraderRun",
     "GraderRunGrader",
@@ -275,6 +312,11 @@ __all__ = (
     "ListFilesPurposeType0",
     "ListJobsStatusType0",
     "ListModelsKindType0",
+    "ListTrainersStatusType0",
+    "LoadStateRequest",
+    "LoraSpec",
+    "LossFnConfig",
+    "LossFnInputs",
     "MemoryCapacity",
     "MemoryPlan",
     "MemoryPlanDevice",
@@ -290,8 +332,10 @@ __all__ = (
     "ModelPublicFormat",
     "ModelPublicKind",
     "ModelsPublic",
+    "OperationError",
     "OptimConfig",
     "OptimConfigLrSchedulerType",
+    "OptimStepRequest",
     "OverlongBufferConfig",
     "PPOConfig",
     "PPOMethod",
@@ -316,6 +360,9 @@ __all__ = (
     "RolloutConfig",
     "RolloutConfigName",
     "RunGraderResponseRunGrader",
+    "SampleRequest",
+    "SamplingParams",
+    "SaveRequest",
     "SecretDeleted",
     "SecretPublic",
     "SecretsPublic",
@@ -324,6 +371,25 @@ __all__ = (
     "SFTMethod",
     "StepGuardrailConfig",
     "TrainerConfig",
+    "TrainerCreate",
+    "TrainerCreateDtype",
+    "TrainerCreateMetadata",
+    "TrainerError",
+    "TrainerEventPublic",
+    "TrainerEventPublicData",
+    "TrainerEventPublicType",
+    "TrainerEventsPublic",
+    "TrainerOperationPublic",
+    "TrainerOperationPublicKind",
+    "TrainerOperationPublicResultType0",
+    "TrainerOperationPublicStatus",
+    "TrainerOperationsPublic",
+    "TrainerPublic",
+    "TrainerPublicDtype",
+    "TrainerPublicMetadata",
+    "TrainerPublicStatus",
+    "TrainerResources",
+    "TrainersPublic",
     "UploadFileFileUpload",
     "UploadFileFileUploadPurpose",
     "ValidateGraderResponseValidateGrader",

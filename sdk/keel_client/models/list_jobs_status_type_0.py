@@ -5,6 +5,8 @@ class ListJobsStatusType0(StrEnum):
     CANCELLED = "cancelled"
     CANCELLING = "cancelling"
     FAILED = "failed"
+    PAUSED = "paused"
+    PAUSING = "pausing"
     QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"

@@ -25,9 +25,11 @@ class ModelPublic:
         job_id (None | str):
         kind (ModelPublicKind):
         name (str):
+        alias_of (None | str | Unset):
         created (int | None | Unset):
         object_ (Literal['model'] | Unset):  Default: 'model'.
         owned_by (None | str | Unset):
+        trainer_id (None | str | Unset):
     """
 
     base_model: str
@@ -37,9 +39,11 @@ class ModelPublic:
     job_id: None | str
     kind: ModelPublicKind
     name: str
+    alias_of: None | str | Unset = UNSET
     created: int | None | Unset = UNSET
     object_: Literal["model"] | Unset = "model"
     owned_by: None | str | Unset = UNSET
+    trainer_id: None | str | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -58,6 +62,12 @@ class ModelPublic:
 
         name = self.name
 
+        alias_of: None | str | Unset
+        if isinstance(self.alias_of, Unset):
+            alias_of = UNSET
+        else:
+            alias_of = self.alias_of
+
         created: int | None | Unset
         if isinstance(self.created, Unset):
             created = UNSET
@@ -72,6 +82,12 @@ class ModelPublic:
         else:
             owned_by = self.owned_by
 
+        trainer_id: None | str | Unset
+        if isinstance(self.trainer_id, Unset):
+            trainer_id = UNSET
+        else:
+            trainer_id = self.trainer_id
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -85,12 +101,16 @@ class ModelPublic:
                 "name": name,
             }
         )
+        if alias_of is not UNSET:
+            field_dict["alias_of"] = alias_of
         if created is not UNSET:
             field_dict["created"] = created
         if object_ is not UNSET:
             field_dict["object"] = object_
         if owned_by is not UNSET:
             field_dict["owned_by"] = owned_by
+        if trainer_id is not UNSET:
+            field_dict["trainer_id"] = trainer_id
 
         return field_dict
 
@@ -116,6 +136,15 @@ class ModelPublic:
 
         name = d.pop("name")
 
+        def _parse_alias_of(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        alias_of = _parse_alias_of(d.pop("alias_of", UNSET))
+
         def _parse_created(data: object) -> int | None | Unset:
             if data is None:
                 return data
@@ -138,6 +167,15 @@ class ModelPublic:
 
         owned_by = _parse_owned_by(d.pop("owned_by", UNSET))
 
+        def _parse_trainer_id(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        trainer_id = _parse_trainer_id(d.pop("trainer_id", UNSET))
+
         model_public = cls(
             base_model=base_model,
             created_at=created_at,
@@ -146,9 +184,11 @@ class ModelPublic:
             job_id=job_id,
             kind=kind,
             name=name,
+            alias_of=alias_of,
             created=created,
             object_=object_,
             owned_by=owned_by,
+            trainer_id=trainer_id,
         )
 
         model_public.additional_properties = d

@@ -24,7 +24,9 @@ class RewardSpec:
             the dataset's `data_source` column.
         model (None | str | Unset): A reward model (Keel model id of kind `reward_model`, hub id or directory).
         options (RewardSpecOptions | Unset): Keyword options of the rule function (e.g. `{"pattern": "..."}` for
-            `regex`).
+            `regex`). Strings are at most
+            4096 characters, except `grader` (the `grader` function's grader as JSON: a python grader's source may
+            be 256 KiB).
     """
 
     function: None | RewardSpecFunctionType0 | Unset = UNSET

@@ -11,7 +11,11 @@ T = TypeVar("T", bound="RewardSpecOptions")
 
 @_attrs_define
 class RewardSpecOptions:
-    """Keyword options of the rule function (e.g. `{"pattern": "..."}` for `regex`)."""
+    """Keyword options of the rule function (e.g. `{"pattern": "..."}` for `regex`). Strings are at most
+    4096 characters, except `grader` (the `grader` function's grader as JSON: a python grader's source may
+    be 256 KiB).
+
+    """
 
     additional_properties: dict[str, bool | float | int | str] = _attrs_field(init=False, factory=dict)
 

@@ -19,7 +19,8 @@ class WebhookCreate:
         url (str): An http(s) URL that resolves to a public address (unless the deployment allows private ones).
         event_types (list[WebhookCreateEventTypesItem] | Unset): The events to send (default: all). `job.succeeded` /
             `job.failed` / `job.cancelled` when a job
-            finishes, `job.warning` (e.g. PPO's KL guardrail), `job.checkpoint` when one is saved.
+            finishes, `job.warning` (e.g. PPO's KL guardrail), `job.checkpoint` when one is saved, `job.paused` when
+            a pause is complete (the job holds no resources).
     """
 
     url: str

@@ -7,7 +7,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.algos import LOSS_AGG_MODES, agg_loss, policy_loss, value_loss
+from engine.algos import (
+    LOSS_AGG_MODES,
+    agg_loss,
+    cross_entropy_loss,
+    importance_sampling_loss,
+    policy_loss,
+    value_loss,
+)
 
 SETTINGS = settings(max_examples=40, deadline=None)
 
@@ -196,3 +203,37 @@ def test_policy_loss_is_bounded_by_dual_clip(data, c):
     # every token's loss is at most c * |A| where A < 0, and at most 0 where A >= 0
     bound = torch.where(adv < 0, -adv * c, 0.0)
     assert loss.item() <= bound.mean().item() + 1e-4
+
+
+# --- token-sum losses of interactive trainers -------------------------------------------------------
+
+def test_cross_entropy_loss_is_the_weighted_sum_and_ignores_zero_weight_garbage():
+    log_prob = torch.tensor([[-1.0, -2.0, float("nan")], [-0.5, -4.0, -1e30]], requires_grad=True)
+    weights = torch.tensor([[0.5, 1.0, 0.0], [2.0, 0.0, 0.0]])
+    loss = cross_entropy_loss(log_prob, weights)
+    assert loss.item() == pytest.approx(0.5 * 1.0 + 1.0 * 2.0 + 2.0 * 0.5)
+    loss.backward()
+    assert torch.equal(log_prob.grad, -weights)
+
+
+def test_importance_sampling_loss_hand_computed():
+    sampler = torch.log(torch.tensor([[0.5, 0.25, 0.9], [0.2, 0.1, 0.3]]))
+    current = torch.log(torch.tensor([[0.25, 0.5, 0.1], [0.4, 0.1, 0.3]])).requires_grad_()
+    adv = torch.tensor([[1.0, -2.0, 7.0], [0.5, 3.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0]])
+    loss, metrics = importance_sampling_loss(current, sampler, adv, mask)
+    ratios = [0.5, 2.0, 2.0, 1.0]
+    assert loss.item() == pytest.approx(-(0.5 * 1.0 + 2.0 * -2.0 + 2.0 * 0.5 + 1.0 * 3.0))
+    assert metrics["ratio_mean"] == pytest.approx(sum(ratios) / 4)
+    assert metrics["sampler_kl"] == pytest.approx(-sum(math.log(r) for r in ratios) / 4)
+    loss.backward()
+    # d(-A r)/d log p = -A r on counted tokens, 0 elsewhere (no clipping)
+    expected = torch.tensor([[-0.5, 4.0, 0.0], [-1.0, -3.0, 0.0]])
+    assert torch.allclose(current.grad, expected)
+
+
+def test_policy_loss_with_scale_one_is_a_token_sum():
+    log_prob = LOG_RATIO.clone()
+    loss, _ = policy_loss(torch.zeros(2, 4), log_prob, ADV, MASK, loss_agg_mode="seq-mean-token-sum-norm",
+                          loss_scale_factor=1.0)
+    assert loss.item() == pytest.approx(-1.2 - 0.5 + 0.8 + 3.0 - 2.4 + 1.0)

@@ -1,4 +1,4 @@
-// One job: summary, cancel, live metric charts with checkpoint and warning markers, the event log,
+// One job: summary, cancel, pause / resume, live metric charts with checkpoint and warning markers, the event log,
 // checkpoints and the output model with download buttons. Everything live comes from the SSE stream
 // (replayed from the start, so history and live updates take the same path).
 
@@ -37,7 +37,12 @@ export async function jobPage(main, [jobId], page) {
   function renderHead() {
     const cancel = TERMINAL.has(job.status) || job.status === "cancelling" ? null
       : h("button.danger#cancel", { type: "button", onclick: cancelJob }, "Cancel job");
-    clear(head, h("h2", h("a", { href: "#/jobs" }, "Jobs"), " / ", h("span.mono", job.id)), badge(job.status), cancel);
+    const pause = job.status === "queued" || job.status === "running"
+      ? h("button#pause", { type: "button", onclick: (e) => act(e, "pause") }, "Pause")
+      : job.status === "paused" ? h("button#resume", { type: "button", onclick: (e) => act(e, "resume") }, "Resume")
+        : null;
+    clear(head, h("h2", h("a", { href: "#/jobs" }, "Jobs"), " / ", h("span.mono", job.id)), badge(job.status), pause,
+      cancel);
   }
 
   function renderSummary() {
@@ -65,10 +70,13 @@ export async function jobPage(main, [jobId], page) {
 
   function show(err) { clear(notice, errorBox(err)); }
 
-  async function cancelJob(e) {
+  async function cancelJob(e) { await act(e, "cancel"); }
+
+  // cancel, pause or resume: POST /v1/jobs/{id}/<action>, then show the job as it answered.
+  async function act(e, action) {
     e.target.disabled = true;
     try {
-      job = await api(`/v1/jobs/${encodeURIComponent(job.id)}/cancel`, { method: "POST", idempotent: true });
+      job = await api(`/v1/jobs/${encodeURIComponent(job.id)}/${action}`, { method: "POST", idempotent: true });
       renderHead();
       renderSummary();
     } catch (err) { show(err); e.target.disabled = false; }

@@ -4,7 +4,7 @@
 import { api } from "../api.js";
 import { badge, clear, duration, errorBox, h, progressBar, table, when } from "../ui.js";
 
-const STATUSES = ["", "queued", "running", "cancelling", "succeeded", "failed", "cancelled"];
+const STATUSES = ["", "queued", "running", "cancelling", "pausing", "paused", "succeeded", "failed", "cancelled"];
 const METHODS = ["", "sft", "reward_model", "rm_distill", "dpo", "ppo", "eval"];
 
 export async function jobsPage(main, _params, page) {

@@ -77,7 +77,8 @@ def sync_detailed(
 ) -> Response[Problem | RunGraderResponseRunGrader]:
     """Run a grader
 
-     OpenAI's `fine_tuning.alpha.graders.run`: the grader's reward of `model_sample` for `item`.
+     OpenAI's `fine_tuning.alpha.graders.run`: the grader's reward of `model_sample` for `item`. A sample
+    the grader cannot score has reward 0 and the reason in `metadata.errors`.
 
     Args:
         body (GraderRun):
@@ -108,7 +109,8 @@ def sync(
 ) -> Problem | RunGraderResponseRunGrader | None:
     """Run a grader
 
-     OpenAI's `fine_tuning.alpha.graders.run`: the grader's reward of `model_sample` for `item`.
+     OpenAI's `fine_tuning.alpha.graders.run`: the grader's reward of `model_sample` for `item`. A sample
+    the grader cannot score has reward 0 and the reason in `metadata.errors`.
 
     Args:
         body (GraderRun):
@@ -134,7 +136,8 @@ async def asyncio_detailed(
 ) -> Response[Problem | RunGraderResponseRunGrader]:
     """Run a grader
 
-     OpenAI's `fine_tuning.alpha.graders.run`: the grader's reward of `model_sample` for `item`.
+     OpenAI's `fine_tuning.alpha.graders.run`: the grader's reward of `model_sample` for `item`. A sample
+    the grader cannot score has reward 0 and the reason in `metadata.errors`.
 
     Args:
         body (GraderRun):
@@ -163,7 +166,8 @@ async def asyncio(
 ) -> Problem | RunGraderResponseRunGrader | None:
     """Run a grader
 
-     OpenAI's `fine_tuning.alpha.graders.run`: the grader's reward of `model_sample` for `item`.
+     OpenAI's `fine_tuning.alpha.graders.run`: the grader's reward of `model_sample` for `item`. A sample
+    the grader cannot score has reward 0 and the reason in `metadata.errors`.
 
     Args:
         body (GraderRun):

@@ -77,7 +77,8 @@ def sync_detailed(
 ) -> Response[Problem | ValidateGraderResponseValidateGrader]:
     """Validate a grader
 
-     OpenAI's `fine_tuning.alpha.graders.validate`: the grader back when it is valid, else a 400.
+     OpenAI's `fine_tuning.alpha.graders.validate`: the grader back when it is valid (its score_model
+    graders naming models of this project), else a 400 naming the field.
 
     Args:
         body (GraderValidate):
@@ -108,7 +109,8 @@ def sync(
 ) -> Problem | ValidateGraderResponseValidateGrader | None:
     """Validate a grader
 
-     OpenAI's `fine_tuning.alpha.graders.validate`: the grader back when it is valid, else a 400.
+     OpenAI's `fine_tuning.alpha.graders.validate`: the grader back when it is valid (its score_model
+    graders naming models of this project), else a 400 naming the field.
 
     Args:
         body (GraderValidate):
@@ -134,7 +136,8 @@ async def asyncio_detailed(
 ) -> Response[Problem | ValidateGraderResponseValidateGrader]:
     """Validate a grader
 
-     OpenAI's `fine_tuning.alpha.graders.validate`: the grader back when it is valid, else a 400.
+     OpenAI's `fine_tuning.alpha.graders.validate`: the grader back when it is valid (its score_model
+    graders naming models of this project), else a 400 naming the field.
 
     Args:
         body (GraderValidate):
@@ -163,7 +166,8 @@ async def asyncio(
 ) -> Problem | ValidateGraderResponseValidateGrader | None:
     """Validate a grader
 
-     OpenAI's `fine_tuning.alpha.graders.validate`: the grader back when it is valid, else a 400.
+     OpenAI's `fine_tuning.alpha.graders.validate`: the grader back when it is valid (its score_model
+    graders naming models of this project), else a 400 naming the field.
 
     Args:
         body (GraderValidate):

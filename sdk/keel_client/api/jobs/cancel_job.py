@@ -85,7 +85,8 @@ def sync_detailed(
 ) -> Response[JobPublic | Problem]:
     """Cancel a job
 
-     Cancel a queued job at once, or ask a running one to stop (`cancelling`); finished jobs are a 409.
+     Cancel a queued or paused job at once, or ask a running one to stop (`cancelling`); finished jobs
+    are a 409.
 
     Args:
         job_id (str):
@@ -120,7 +121,8 @@ def sync(
 ) -> JobPublic | Problem | None:
     """Cancel a job
 
-     Cancel a queued job at once, or ask a running one to stop (`cancelling`); finished jobs are a 409.
+     Cancel a queued or paused job at once, or ask a running one to stop (`cancelling`); finished jobs
+    are a 409.
 
     Args:
         job_id (str):
@@ -150,7 +152,8 @@ async def asyncio_detailed(
 ) -> Response[JobPublic | Problem]:
     """Cancel a job
 
-     Cancel a queued job at once, or ask a running one to stop (`cancelling`); finished jobs are a 409.
+     Cancel a queued or paused job at once, or ask a running one to stop (`cancelling`); finished jobs
+    are a 409.
 
     Args:
         job_id (str):
@@ -183,7 +186,8 @@ async def asyncio(
 ) -> JobPublic | Problem | None:
     """Cancel a job
 
-     Cancel a queued job at once, or ask a running one to stop (`cancelling`); finished jobs are a 409.
+     Cancel a queued or paused job at once, or ask a running one to stop (`cancelling`); finished jobs
+    are a 409.
 
     Args:
         job_id (str):

@@ -82,7 +82,8 @@ def sync_detailed(
 
      Delete a finished job with its event log and checkpoints (rows and files). Its output model
     stays (its `job_id` becomes null); delete that with `DELETE /v1/models/{id}`. A queued or running
-    job is a 409 `job_active`; one whose checkpoints a queued or running job uses is a 409 `in_use`.
+    (or paused) job is a 409 `job_active`; one whose checkpoints a queued or running job uses is a 409
+    `in_use`.
 
     Args:
         job_id (str):
@@ -115,7 +116,8 @@ def sync(
 
      Delete a finished job with its event log and checkpoints (rows and files). Its output model
     stays (its `job_id` becomes null); delete that with `DELETE /v1/models/{id}`. A queued or running
-    job is a 409 `job_active`; one whose checkpoints a queued or running job uses is a 409 `in_use`.
+    (or paused) job is a 409 `job_active`; one whose checkpoints a queued or running job uses is a 409
+    `in_use`.
 
     Args:
         job_id (str):
@@ -143,7 +145,8 @@ async def asyncio_detailed(
 
      Delete a finished job with its event log and checkpoints (rows and files). Its output model
     stays (its `job_id` becomes null); delete that with `DELETE /v1/models/{id}`. A queued or running
-    job is a 409 `job_active`; one whose checkpoints a queued or running job uses is a 409 `in_use`.
+    (or paused) job is a 409 `job_active`; one whose checkpoints a queued or running job uses is a 409
+    `in_use`.
 
     Args:
         job_id (str):
@@ -174,7 +177,8 @@ async def asyncio(
 
      Delete a finished job with its event log and checkpoints (rows and files). Its output model
     stays (its `job_id` becomes null); delete that with `DELETE /v1/models/{id}`. A queued or running
-    job is a 409 `job_active`; one whose checkpoints a queued or running job uses is a 409 `in_use`.
+    (or paused) job is a 409 `job_active`; one whose checkpoints a queued or running job uses is a 409
+    `in_use`.
 
     Args:
         job_id (str):

@@ -84,7 +84,7 @@ def sync_detailed(
     its model, teacher, reward model or `compare_to`.
 
     Args:
-        model_id (str):
+        model_id (str): A Keel model id, or a fine-tuned model's OpenAI name (`ft:...`).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -116,7 +116,7 @@ def sync(
     its model, teacher, reward model or `compare_to`.
 
     Args:
-        model_id (str):
+        model_id (str): A Keel model id, or a fine-tuned model's OpenAI name (`ft:...`).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -143,7 +143,7 @@ async def asyncio_detailed(
     its model, teacher, reward model or `compare_to`.
 
     Args:
-        model_id (str):
+        model_id (str): A Keel model id, or a fine-tuned model's OpenAI name (`ft:...`).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -173,7 +173,7 @@ async def asyncio(
     its model, teacher, reward model or `compare_to`.
 
     Args:
-        model_id (str):
+        model_id (str): A Keel model id, or a fine-tuned model's OpenAI name (`ft:...`).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.

@@ -90,7 +90,7 @@ def sync_detailed(
     `peft.PeftModel.from_pretrained(base, dir)`); `merged=true` gives the merged full weights.
 
     Args:
-        model_id (str):
+        model_id (str): A Keel model id, or a fine-tuned model's OpenAI name (`ft:...`).
         merged (bool | Unset): LoRA: the merged full weights instead of the adapter (full models:
             ignored). Default: False.
 
@@ -129,7 +129,7 @@ def sync(
     `peft.PeftModel.from_pretrained(base, dir)`); `merged=true` gives the merged full weights.
 
     Args:
-        model_id (str):
+        model_id (str): A Keel model id, or a fine-tuned model's OpenAI name (`ft:...`).
         merged (bool | Unset): LoRA: the merged full weights instead of the adapter (full models:
             ignored). Default: False.
 
@@ -163,7 +163,7 @@ async def asyncio_detailed(
     `peft.PeftModel.from_pretrained(base, dir)`); `merged=true` gives the merged full weights.
 
     Args:
-        model_id (str):
+        model_id (str): A Keel model id, or a fine-tuned model's OpenAI name (`ft:...`).
         merged (bool | Unset): LoRA: the merged full weights instead of the adapter (full models:
             ignored). Default: False.
 
@@ -200,7 +200,7 @@ async def asyncio(
     `peft.PeftModel.from_pretrained(base, dir)`); `merged=true` gives the merged full weights.
 
     Args:
-        model_id (str):
+        model_id (str): A Keel model id, or a fine-tuned model's OpenAI name (`ft:...`).
         merged (bool | Unset): LoRA: the merged full weights instead of the adapter (full models:
             ignored). Default: False.
 

@@ -96,7 +96,8 @@ def sync_detailed(
 ) -> Response[ModelsPublic | Problem]:
     """List models
 
-     The project's models, newest first.
+     The project's models, newest first. A model a fine-tuning job trained is followed by its entry under
+    its OpenAI name (`alias_of` set); `limit` counts models, and the cursor is always a Keel model id.
 
     Args:
         limit (int | Unset): Page size (1-100). Default: 20.
@@ -133,7 +134,8 @@ def sync(
 ) -> ModelsPublic | Problem | None:
     """List models
 
-     The project's models, newest first.
+     The project's models, newest first. A model a fine-tuning job trained is followed by its entry under
+    its OpenAI name (`alias_of` set); `limit` counts models, and the cursor is always a Keel model id.
 
     Args:
         limit (int | Unset): Page size (1-100). Default: 20.
@@ -165,7 +167,8 @@ async def asyncio_detailed(
 ) -> Response[ModelsPublic | Problem]:
     """List models
 
-     The project's models, newest first.
+     The project's models, newest first. A model a fine-tuning job trained is followed by its entry under
+    its OpenAI name (`alias_of` set); `limit` counts models, and the cursor is always a Keel model id.
 
     Args:
         limit (int | Unset): Page size (1-100). Default: 20.
@@ -200,7 +203,8 @@ async def asyncio(
 ) -> ModelsPublic | Problem | None:
     """List models
 
-     The project's models, newest first.
+     The project's models, newest first. A model a fine-tuning job trained is followed by its entry under
+    its OpenAI name (`alias_of` set); `limit` counts models, and the cursor is always a Keel model id.
 
     Args:
         limit (int | Unset): Page size (1-100). Default: 20.

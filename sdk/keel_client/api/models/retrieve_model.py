@@ -75,10 +75,10 @@ def sync_detailed(
 ) -> Response[ModelPublic | Problem]:
     """Retrieve a model
 
-     One model.
+     One model, under the id it was asked by (a Keel id or its OpenAI name).
 
     Args:
-        model_id (str):
+        model_id (str): A Keel model id, or a fine-tuned model's OpenAI name (`ft:...`).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -106,10 +106,10 @@ def sync(
 ) -> ModelPublic | Problem | None:
     """Retrieve a model
 
-     One model.
+     One model, under the id it was asked by (a Keel id or its OpenAI name).
 
     Args:
-        model_id (str):
+        model_id (str): A Keel model id, or a fine-tuned model's OpenAI name (`ft:...`).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -132,10 +132,10 @@ async def asyncio_detailed(
 ) -> Response[ModelPublic | Problem]:
     """Retrieve a model
 
-     One model.
+     One model, under the id it was asked by (a Keel id or its OpenAI name).
 
     Args:
-        model_id (str):
+        model_id (str): A Keel model id, or a fine-tuned model's OpenAI name (`ft:...`).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -161,10 +161,10 @@ async def asyncio(
 ) -> ModelPublic | Problem | None:
     """Retrieve a model
 
-     One model.
+     One model, under the id it was asked by (a Keel id or its OpenAI name).
 
     Args:
-        model_id (str):
+        model_id (str): A Keel model id, or a fine-tuned model's OpenAI name (`ft:...`).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.

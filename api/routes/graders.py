@@ -1,0 +1,167 @@
+"""OpenAI's grader endpoints (`fine_tuning.alpha.graders.run` / `.validate`) and the grader checks that
+job creation shares (OpenAI's reinforcement jobs, Keel's `/v1/jobs` with `reward.function: grader`).
+
+Graders are validated and run by `python -m engine.graders`, a child process: the API never imports the
+engine (tests/test_architecture.py), and no grader runs inside the API's process (a `python` grader runs
+one level further down, in the engine's sandbox; a `score_model` grader's model loads in the child).
+The API adds what only it knows: whether the deployment allows python graders (`KEEL_ALLOW_PYTHON_GRADERS`)
+and which score models the project owns, and where they are.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter
+from sqlalchemy.orm import Session
+
+from api.deps import CurrentProject, SessionDep
+from api.errors import ApiError, problem_responses
+from api.routes.jobs import _model_ref
+from api.schemas.fine_tuning import GraderRun, GraderValidate
+from core import checkpoints
+from core.config import settings
+from core.models import Checkpoint, Model
+from core.storage import get_storage, is_url
+
+router = APIRouter(prefix="/v1/fine_tuning/alpha/graders", tags=["fine_tuning"])
+
+
+def grader_process(request: dict[str, Any]) -> dict[str, Any]:
+    """`python -m engine.graders` on `request` (the deployment's python-grader limits added)."""
+    root = Path(__file__).resolve().parents[2]
+    python = settings.python_grader_limits
+    request = {**request, "python": python}
+    timeout = 60 + (python["wall_s"] * 2 if python else 0) + (120 if request.get("models") else 0)
+    env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    try:
+        out = subprocess.run([sys.executable, "-m", "engine.graders"], input=json.dumps(request), text=True,
+                             capture_output=True, cwd=root, timeout=timeout, check=True, env=env)
+    except subprocess.TimeoutExpired as e:
+        raise ApiError(400, "grader_timeout", f"grader: evaluation took longer than {timeout:g} s.",
+                       param="grader") from e
+    except subprocess.CalledProcessError as e:
+        raise ApiError(500, "internal_error", "The grader process failed.") from e
+    return json.loads(out.stdout)
+
+
+def _refused(result: dict[str, Any], prefix: str, status: int) -> None:
+    if "error" in result:
+        error = result["error"]
+        param = error["param"].replace("grader", prefix, 1)
+        raise ApiError(status, error.get("code") or "invalid_grader", f"{param}: {error['message']}", param=param)
+
+
+def check_grader(grader: Any, prefix: str, *, status: int = 400) -> dict[str, Any]:
+    """The engine's validation of `grader` (`item_fields`, `models`); a bad one is a `status` problem
+    whose `param` starts with `prefix` (`python_graders_disabled` when the deployment refuses python)."""
+    result = grader_process({"op": "validate", "grader": grader})
+    _refused(result, prefix, status)
+    return result
+
+
+def checked_grader(db: Session, project_id: str, grader: Any, prefix: str, *,
+                   status: int = 400) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Validate `grader` and the models its score_model graders name (this project's reward models and
+    policies: `model_ref`). Returns (the grader with those references normalised, e.g. an `ft:` name
+    as its Keel model id, so the worker finds them; the engine's validation answer)."""
+    result = check_grader(grader, prefix, status=status)
+    names = {ref: model_ref(db, project_id, ref, param.replace("grader", prefix, 1), status=status)
+             for ref, param in result.get("models", [])}
+    return _renamed(grader, names), result
+
+
+def model_ref(db: Session, project_id: str, ref: str, param: str, *, status: int = 400) -> str:
+    """A score_model grader's `model`, checked and normalised: a Keel model id (a `reward_model` is
+    scored as a reward model, a `policy` is a judge), a checkpoint id or a directory under a model root.
+    Not found is a `status` problem too on OpenAI's routes (`status` 400), a 404 on Keel's."""
+    if not ref.startswith(("model-", "ckpt-", "ft:", "/")):
+        raise ApiError(status, "invalid_model",
+                       f"{param}: a score_model grader's model is a Keel model id (model-...), an `ft:` name, a "
+                       "checkpoint id (ckpt-...) or a directory under a model root.", param=param)
+    try:
+        ref = _model_ref(db, project_id, ref, param)
+    except ApiError as e:
+        if status == 400 and e.status == 404:
+            raise ApiError(400, e.code, f"{param}: {e.detail}", param=param) from None
+        raise
+    model = db.get(Model, ref) if ref.startswith("model-") else None
+    if model is not None and model.kind == "value_model":
+        raise ApiError(status, "invalid_model", f"{param}: {ref} is a value_model; "
+                       "a score_model grader needs a reward_model or a policy (a judge).", param=param)
+    return ref
+
+
+def _renamed(grader: Any, names: dict[str, str]) -> Any:
+    if not any(a != b for a, b in names.items()):
+        return grader
+    out = copy.deepcopy(grader)
+    stack = [out]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("type") == "score_model" and node.get("model") in names:
+                node["model"] = names[node["model"]]
+            stack.extend((node.get("graders") or {}).values() if isinstance(node.get("graders"), dict) else [])
+    return out
+
+
+def _location(db: Session, ref: str) -> str:
+    """Where the child process loads a checked model reference from (a path, or a URL of the store)."""
+    if ref.startswith("model-"):
+        return db.get(Model, ref).path
+    if ref.startswith("ckpt-"):
+        return checkpoints.export_location(get_storage(), db.get(Checkpoint, ref).path) or ""
+    return ref
+
+
+@router.post("/run", summary="Run a grader", responses=problem_responses(400, 401, 429))
+def run_grader(body: GraderRun, project: CurrentProject, db: SessionDep) -> dict[str, Any]:
+    """OpenAI's `fine_tuning.alpha.graders.run`: the grader's reward of `model_sample` for `item`. A sample
+    the grader cannot score has reward 0 and the reason in `metadata.errors`."""
+    item = dict(body.item or {})
+    if body.reference_answer is not None:
+        item.setdefault("reference_answer", body.reference_answer)
+    validated = check_grader(body.grader, "grader")
+    models = {ref: _location(db, model_ref(db, project.id, ref, param)) for ref, param in validated["models"]}
+    request: dict[str, Any] = {"op": "run", "grader": body.grader, "model_sample": body.model_sample, "item": item,
+                               "models": models}
+    if any(is_url(location) for location in models.values()):
+        request["storage"] = {"options": dict(settings.STORAGE_OPTIONS),
+                              "cache_dir": settings.ARTIFACT_CACHE_DIR or None}
+    result = grader_process(request)
+    _refused(result, "grader", 400)
+    return result
+
+
+@router.post("/validate", summary="Validate a grader", responses=problem_responses(400, 401, 429))
+def validate_grader(body: GraderValidate, project: CurrentProject, db: SessionDep) -> dict[str, Any]:
+    """OpenAI's `fine_tuning.alpha.graders.validate`: the grader back when it is valid (its score_model
+    graders naming models of this project), else a 400 naming the field."""
+    checked_grader(db, project.id, body.grader, "grader")
+    return {"grader": body.grader}
+
+
+def check_job_grader(db: Session, project_id: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Keel's `/v1/jobs` with `reward.function: grader`: `options.grader` (a grader as JSON) is checked as
+    OpenAI's routes check it, with 422s (404 for a model id of no model of the project) whose `param` is
+    under `method.reward.options.grader`. Returns the options with the grader's model references
+    normalised."""
+    prefix = "method.reward.options.grader"
+    text = options.get("grader")
+    try:
+        grader = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        grader = None
+    if not isinstance(grader, dict):
+        raise ApiError(422, "invalid_grader", f"{prefix}: must be a grader object as a JSON string "
+                       "(docs/openai.md#graders).", param=prefix)
+    checked, _ = checked_grader(db, project_id, grader, prefix, status=422)
+    if checked is grader:
+        return options
+    return {**options, "grader": json.dumps(checked, separators=(",", ":"), sort_keys=True)}

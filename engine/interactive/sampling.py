@@ -1,0 +1,107 @@
+"""`sample`: draw continuations with `engine.rollout.HFRollout` (KV cache, temperature, top-p, top-k,
+counter-based seeds), cut them at stop strings, and score every drawn token.
+
+Row `(prompt i, sample k)` draws with the seed `row_seed(seed, i, k)`, where `seed` is the call's
+`sampling_params.seed` or, without one, `row_seed(session seed, number of earlier sample calls)`: the
+same calls on the same weights draw the same tokens, whatever else shares the batch.
+
+The returned `logprobs` are those of `softmax(logits / temperature)` (temperature 1 when decoding
+greedily) at each drawn token, computed by a forward over prompt + continuation exactly as
+`forward` computes them, so an importance-sampling ratio starts at 1. Top-p / top-k filtering
+restricts what can be drawn but is not renormalised into these numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from engine.interactive.datums import SampleRequest
+from engine.interactive.forward import MICRO_BATCH_TOKENS, micro_batches, token_log_probs
+from engine.precision import Precision
+from engine.rollout import HFRollout, SamplingParams, row_seed
+
+SAMPLE_BATCH_ROWS = 64
+"""Rows generated together (one KV cache)."""
+
+
+def eos_ids(model: nn.Module, tokenizer: Any) -> set[int]:
+    """Tokens that end a continuation: the tokenizer's EOS and the generation config's."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    config = getattr(model, "generation_config", None)
+    extra = getattr(config, "eos_token_id", None)
+    if extra is not None:
+        ids |= set(extra) if isinstance(extra, list) else {extra}
+    return {int(i) for i in ids}
+
+
+def _cut_at_stop(tokens: list[int], stops: Sequence[str], tokenizer: Any) -> int | None:
+    """The shortest prefix length whose text contains a stop string, or None."""
+    def hit(n: int) -> bool:
+        text = tokenizer.decode(tokens[:n], skip_special_tokens=False)
+        return any(s in text for s in stops)
+
+    if not stops or not hit(len(tokens)):
+        return None
+    low, high = 1, len(tokens)
+    while low < high:  # a longer prefix never loses a stop string its shorter prefix holds
+        mid = (low + high) // 2
+        if hit(mid):
+            high = mid
+        else:
+            low = mid + 1
+    return low
+
+
+def sample(model: nn.Module, tokenizer: Any, request: SampleRequest, prompts: Sequence[list[int]], *,
+           base_seed: int, device: torch.device, precision: Precision) -> dict[str, Any]:
+    """Generate `request.num_samples` continuations of each of `prompts` (token ids).
+
+    Returns:
+        `{"sequences": [{"prompt_index", "tokens", "text", "logprobs", "stop_reason"}], "tokens"}`,
+        prompt-major; `tokens` counts prompt and generated tokens of every row.
+    """
+    rows = [(i, k) for i in range(len(prompts)) for k in range(request.num_samples)]
+    seeds = [row_seed(base_seed, i, k) for i, k in rows]
+    ends = eos_ids(model, tokenizer) | set(request.stop_tokens)
+    params = SamplingParams(max_new_tokens=request.max_tokens, temperature=request.temperature,
+                            top_p=request.top_p, top_k=request.top_k or -1, do_sample=request.temperature > 0)
+    rollout = HFRollout(model, tokenizer.pad_token_id, sorted(ends), max_batch_size=SAMPLE_BATCH_ROWS)
+    with precision.autocast():
+        drawn = rollout.generate([prompts[i] for i, _ in rows], seeds, params)
+    sequences = []
+    for (i, _), tokens in zip(rows, drawn):
+        cut = _cut_at_stop(tokens, request.stop_strings, tokenizer)
+        stopped = cut is not None or (bool(tokens) and tokens[-1] in ends)
+        tokens = tokens[:cut] if cut is not None else tokens
+        sequences.append({"prompt_index": i, "tokens": tokens,
+                          "text": tokenizer.decode(tokens, skip_special_tokens=True),
+                          "stop_reason": "stop" if stopped else "length"})
+    temperature = request.temperature if request.temperature > 0 else 1.0
+    _score(model, [prompts[i] for i, _ in rows], sequences, temperature, device, precision)
+    total = sum(len(prompts[i]) + len(s["tokens"]) for (i, _), s in zip(rows, sequences))
+    return {"sequences": sequences, "tokens": total}
+
+
+@torch.no_grad()
+def _score(model: nn.Module, prompts: Sequence[list[int]], sequences: list[dict[str, Any]], temperature: float,
+           device: torch.device, precision: Precision) -> None:
+    """Fill each sequence's `logprobs`: one forward over prompt + continuation (minus its last token)."""
+    seqs = [p + s["tokens"][:-1] for p, s in zip(prompts, sequences)]
+    targets = [p[1:] + s["tokens"] for p, s in zip(prompts, sequences)]
+    was_training = model.training
+    model.eval()
+    try:
+        for index in micro_batches([len(s) for s in seqs], 1, MICRO_BATCH_TOKENS):
+            with precision.autocast():
+                logp, _ = token_log_probs(model, [seqs[i] for i in index], [targets[i] for i in index], device,
+                                          temperature)
+            logp = logp.cpu()
+            for row, i in enumerate(index):
+                n, end = len(sequences[i]["tokens"]), len(seqs[i])
+                sequences[i]["logprobs"] = logp[row, end - n:end].tolist()
+    finally:
+        model.train(was_training)

@@ -1,0 +1,11 @@
+from enum import StrEnum
+
+
+class ForwardBackwardRequestLossFn(StrEnum):
+    CROSS_ENTROPY = "cross_entropy"
+    DPO = "dpo"
+    IMPORTANCE_SAMPLING = "importance_sampling"
+    PPO = "ppo"
+
+    def __str__(self) -> str:
+        return str(self.value)

@@ -1,0 +1,471 @@
+"""Interactive trainer sessions (`engine.interactive.session.TrainingSession`, driven directly, without
+Ray) on the demo model: an on-policy RL loop, sampling and its knobs, the loss functions and their
+knobs, AdamW's knobs, saved states loaded by plain transformers / peft and restored exactly, and
+bad input that changes nothing."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from engine import data as data_lib
+from engine.checkpoint import CheckpointError
+from engine.errors import ConfigError, DataError, ModelNotAllowed
+from engine.interactive.session import TrainingSession
+from engine.interactive.spec import SessionSpec
+
+SEED = 3
+PROMPTS = ["What is 1 + 2?", "What is 7 - 3?", "What is 4 + 4?", "What is 9 - 5?"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def make(assets, tmp, **spec) -> TrainingSession:
+    spec.setdefault("seed", SEED)
+    spec.setdefault("state_root", str(tmp / "state"))
+    session = TrainingSession(SessionSpec(session_id="s", model_path=assets["model"], **spec))
+    session.start()
+    return session
+
+
+@pytest.fixture(scope="module")
+def sft_rows(demo_assets):
+    return data_lib.load_rows(demo_assets["sft_train"], "sft")
+
+
+@pytest.fixture
+def sft_datums(sft_rows, demo_assets):
+    """`sft_datums(n, offset)`: cross-entropy datums of demo SFT rows (weight 0.1 per response token)."""
+    from engine.models import load_tokenizer
+
+    tokenizer = load_tokenizer(demo_assets["model"])
+
+    def build(n=4, *, offset=0):
+        return _sft_datums(tokenizer, sft_rows[offset:offset + n])
+
+    return build
+
+
+def _sft_datums(tokenizer, rows):
+    out = []
+    for e in data_lib.tokenize_sft(rows, tokenizer, 64, 64, "error"):
+        ids = e.input_ids
+        weights = [0.1 if t + 1 >= e.prompt_len else 0.0 for t in range(len(ids) - 1)]
+        out.append({"model_input": ids[:-1], "loss_fn_inputs": {"target_tokens": ids[1:], "weights": weights}})
+    return out
+
+
+def weights_of(session) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in session.model.named_parameters() if v.requires_grad}
+
+
+def max_diff(a: dict, b: dict) -> float:
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def prompt_ids(session):
+    return [data_lib.prompt_token_ids(session.tokenizer, p) for p in PROMPTS]
+
+
+# --- on-policy RL --------------------------------------------------------------------------------------
+
+def even_share(tokens: list[int]) -> float:
+    """The rule reward: the share of drawn tokens with an even id (half the vocabulary)."""
+    return sum(t % 2 == 0 for t in tokens) / len(tokens)
+
+
+def test_rl_loop_with_sample_and_importance_sampling_raises_the_mean_reward(demo_assets, tmp_path):
+    session = make(demo_assets, tmp_path)
+    prompts = prompt_ids(session)
+    means = []
+    for _ in range(30):
+        out = session.run("sample", {"prompts": prompts, "sampling_params": {"max_tokens": 8}, "num_samples": 8})
+        data = []
+        for i, prompt in enumerate(prompts):
+            group = [s for s in out["sequences"] if s["prompt_index"] == i]
+            rewards = [even_share(s["tokens"]) for s in group]
+            baseline = sum(rewards) / len(rewards)
+            for s, r in zip(group, rewards):
+                tokens, n = prompt + s["tokens"], len(prompt) - 1
+                data.append({"model_input": tokens[:-1], "loss_fn_inputs": {
+                    "target_tokens": tokens[1:], "logprobs": [0.0] * n + s["logprobs"],
+                    "advantages": [0.0] * n + [r - baseline] * len(s["tokens"])}})
+        means.append(sum(even_share(s["tokens"]) for s in out["sequences"]) / len(out["sequences"]))
+        result = session.run("forward_backward", {"data": data, "loss_fn": "importance_sampling"})
+        # On-policy: the trained policy is the sampler, so every ratio is 1 (up to float rounding).
+        assert result["metrics"]["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+        session.run("optim_step", {"adam_params": {"learning_rate": 1e-3}})
+    first, last = sum(means[:5]) / 5, sum(means[-5:]) / 5
+    assert last > first + 0.1, means
+
+
+# --- sampling ------------------------------------------------------------------------------------------
+
+def test_sample_logprobs_equal_a_forward_over_the_same_tokens(demo_assets, tmp_path):
+    session = make(demo_assets, tmp_path)
+    prompts = prompt_ids(session)
+    out = session.run("sample", {"prompts": prompts, "sampling_params": {"max_tokens": 12, "seed": 1},
+                                 "num_samples": 2})
+    assert [s["prompt_index"] for s in out["sequences"]] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert out["tokens"] == sum(len(prompts[s["prompt_index"]]) + len(s["tokens"]) for s in out["sequences"])
+    data = []
+    for s in out["sequences"]:
+        tokens = prompts[s["prompt_index"]] + s["tokens"]
+        data.append({"model_input": tokens[:-1],
+                     "loss_fn_inputs": {"target_tokens": tokens[1:], "weights": [0.0] * (len(tokens) - 1)}})
+    forward = session.run("forward", {"data": data, "loss_fn": "cross_entropy"})
+    for s, f in zip(out["sequences"], forward["loss_fn_outputs"]):
+        n = len(s["tokens"])
+        assert len(s["logprobs"]) == n
+        assert f["logprobs"][-n:] == pytest.approx(s["logprobs"], abs=1e-5)
+    # At another temperature the numbers are those of softmax(logits / T), not the model's own.
+    hot = session.run("sample", {"prompts": prompts[:1], "sampling_params": {"max_tokens": 12, "seed": 1,
+                                                                             "temperature": 2.0}})
+    first = hot["sequences"][0]
+    tokens = prompts[0] + first["tokens"]
+    own = session.run("forward", {"data": [{"model_input": tokens[:-1], "loss_fn_inputs": {
+        "target_tokens": tokens[1:], "weights": [0.0] * (len(tokens) - 1)}}], "loss_fn": "cross_entropy"})
+    own = own["loss_fn_outputs"][0]["logprobs"][-len(first["tokens"]):]
+    assert max(abs(a - b) for a, b in zip(own, first["logprobs"])) > 0.1
+    with torch.no_grad():
+        logits = session.model(input_ids=torch.tensor([tokens[:-1]])).logits[0, len(prompts[0]) - 1:]
+    hot_logps = torch.log_softmax(logits / 2.0, -1).gather(-1, torch.tensor(first["tokens"])[:, None])[:, 0]
+    assert first["logprobs"] == pytest.approx(hot_logps.tolist(), abs=1e-5)
+
+
+def test_sampling_knobs(demo_assets, tmp_path):
+    session = make(demo_assets, tmp_path)
+    prompts = prompt_ids(session)[:2]
+
+    def draw(**params):
+        num = params.pop("num_samples", 1)
+        return session.run("sample", {"prompts": prompts, "sampling_params": params, "num_samples": num})["sequences"]
+
+    def tokens(seqs):
+        return [s["tokens"] for s in seqs]
+
+    # seed: the same seed draws the same tokens, another seed others
+    assert tokens(draw(max_tokens=10, seed=5)) == tokens(draw(max_tokens=10, seed=5))
+    assert tokens(draw(max_tokens=10, seed=5)) != tokens(draw(max_tokens=10, seed=6))
+    # without a seed: each call draws anew, and a new session with the same seed repeats the calls
+    unseeded = [tokens(draw(max_tokens=10)) for _ in range(2)]
+    assert unseeded[0] != unseeded[1]
+    again = make(demo_assets, tmp_path)
+    assert [tokens(again.run("sample", {"prompts": prompts, "sampling_params": {"max_tokens": 10}})["sequences"])
+            for _ in range(2)] == unseeded
+    # num_samples
+    assert [s["prompt_index"] for s in draw(max_tokens=4, num_samples=3)] == [0, 0, 0, 1, 1, 1]
+    # temperature 0 is greedy: every seed gives the argmax sequence, as top_k 1 and a tiny top_p do
+    greedy = tokens(draw(max_tokens=10, temperature=0.0, seed=1))
+    assert tokens(draw(max_tokens=10, temperature=0.0, seed=2)) == greedy
+    assert tokens(draw(max_tokens=10, top_k=1, seed=3)) == greedy
+    assert tokens(draw(max_tokens=10, top_p=1e-6, seed=4)) == greedy
+    assert tokens(draw(max_tokens=10, seed=4)) != greedy
+    # top_k: every token drawn is among the k most likely
+    seqs = draw(max_tokens=10, top_k=3, seed=9, num_samples=4)
+    for s in seqs:
+        full = prompts[s["prompt_index"]] + s["tokens"]
+        with torch.no_grad():
+            logits = session.model(input_ids=torch.tensor([full[:-1]])).logits[0]
+        start = len(prompts[s["prompt_index"]]) - 1
+        for j, tok in enumerate(s["tokens"]):
+            assert tok in torch.topk(logits[start + j], 3).indices.tolist()
+    # max_tokens, and stop_reason "length" for a continuation it cut
+    long = draw(max_tokens=7, seed=8, num_samples=4)
+    assert all(len(s["tokens"]) <= 7 for s in long)
+    assert all(s["stop_reason"] == ("stop" if s["tokens"][-1] == session.tokenizer.eos_token_id else "length")
+               for s in long)
+    # stop: a token id ends the continuation there; a string at the token that completes it
+    free = draw(max_tokens=12, seed=11)[0]
+    token = free["tokens"][3]
+    cut = draw(max_tokens=12, seed=11, stop=[token])[0]
+    assert cut["tokens"] == free["tokens"][:free["tokens"].index(token) + 1] and cut["stop_reason"] == "stop"
+    text = session.tokenizer.decode(free["tokens"][:5])
+    stop = text[-2:] if text[-2:].strip() else text[-3:]
+    cut = draw(max_tokens=12, seed=11, stop=[stop])[0]
+    assert stop in session.tokenizer.decode(cut["tokens"]) and stop not in session.tokenizer.decode(cut["tokens"][:-1])
+    assert cut["stop_reason"] == "stop" and free["tokens"][:len(cut["tokens"])] == cut["tokens"]
+    # text prompts use the chat template, as jobs' prompts do
+    by_text = session.run("sample", {"prompts": PROMPTS[:2], "sampling_params": {"max_tokens": 10, "seed": 5}})
+    assert tokens(by_text["sequences"]) == tokens(draw(max_tokens=10, seed=5))
+    assert by_text["sequences"][0]["text"] == session.tokenizer.decode(by_text["sequences"][0]["tokens"],
+                                                                       skip_special_tokens=True)
+
+
+# --- loss functions --------------------------------------------------------------------------------------
+
+def _policy_logprobs(session, data):
+    return [o["logprobs"] for o in session.run("forward", {"data": data, "loss_fn": "cross_entropy"})["loss_fn_outputs"]]
+
+
+def test_cross_entropy_is_minus_the_weighted_sum_and_counts_tokens(demo_assets, tmp_path, sft_datums):
+    session = make(demo_assets, tmp_path)
+    data = sft_datums(3)
+    out = session.run("forward", {"data": data, "loss_fn": "cross_entropy"})
+    expected = -sum(w * lp for d, o in zip(data, out["loss_fn_outputs"])
+                    for w, lp in zip(d["loss_fn_inputs"]["weights"], o["logprobs"]))
+    assert out["metrics"]["loss:sum"] == pytest.approx(expected, rel=1e-5)
+    assert out["tokens"] == sum(len(d["model_input"]) for d in data)
+    assert [len(o["logprobs"]) for o in out["loss_fn_outputs"]] == [len(d["model_input"]) for d in data]
+    assert all(p.grad is None for p in session.params)  # forward computes no gradients
+
+
+@pytest.mark.parametrize(("ratio", "advantage", "config", "per_token"), [
+    (1.5, 1.0, {}, -1.2),                              # clipped at 1 + clip_high
+    (1.5, 1.0, {"clip_high": 0.4}, -1.4),
+    (0.5, -1.0, {}, 0.8),                              # clipped at 1 - clip_low
+    (0.5, -1.0, {"clip_low": 0.3}, 0.7),
+    (5.0, -1.0, {}, 3.0),                              # dual clip at clip_ratio_c
+    (5.0, -1.0, {"clip_ratio_c": 4.0}, 4.0),
+])
+def test_ppo_clips_as_configured(demo_assets, tmp_path, sft_datums, ratio, advantage, config, per_token):
+    session = make(demo_assets, tmp_path)
+    data = sft_datums(2)
+    current = _policy_logprobs(session, data)
+    ppo = []
+    for d, lp in zip(data, current):
+        n = len(lp)
+        ppo.append({"model_input": d["model_input"], "loss_fn_inputs": {
+            "target_tokens": d["loss_fn_inputs"]["target_tokens"], "logprobs": [x - math.log(ratio) for x in lp],
+            "advantages": [advantage] * (n - 2) + [0.0, 0.0]}})
+    counted = sum(len(lp) - 2 for lp in current)
+    out = session.run("forward", {"data": ppo, "loss_fn": "ppo", "loss_fn_config": config})
+    assert out["metrics"]["loss:sum"] == pytest.approx(per_token * counted, rel=1e-4)
+    sampling = session.run("forward", {"data": ppo, "loss_fn": "importance_sampling"})
+    assert sampling["metrics"]["loss:sum"] == pytest.approx(-ratio * advantage * counted, rel=1e-4)
+    assert sampling["metrics"]["ratio_mean"] == pytest.approx(ratio, rel=1e-4)
+
+
+def test_dpo_beta_and_given_reference_logprobs(demo_assets, tmp_path, sft_datums):
+    session = make(demo_assets, tmp_path)
+    data = sft_datums(4)
+    for d in data:
+        d["loss_fn_inputs"]["weights"] = [1.0 if w else 0.0 for w in d["loss_fn_inputs"]["weights"]]
+    current = _policy_logprobs(session, data)
+    # With the reference 0.5 nats less sure of each chosen and 0.25 nats surer of each rejected response,
+    # h = 0.5 * chosen tokens + 0.25 * rejected tokens.
+    shifts = [0.5, -0.25, 0.5, -0.25]
+    for d, lp, shift in zip(data, current, shifts):
+        d["loss_fn_inputs"]["ref_logprobs"] = [x - shift for x in lp]
+    tokens = [sum(d["loss_fn_inputs"]["weights"]) for d in data]
+    h = [0.5 * tokens[0] + 0.25 * tokens[1], 0.5 * tokens[2] + 0.25 * tokens[3]]
+    for beta in (0.1, 0.02):
+        out = session.run("forward", {"data": data, "loss_fn": "dpo", "loss_fn_config": {"beta": beta}})
+        expected = sum(math.log1p(math.exp(-beta * x)) for x in h) / 2
+        assert out["metrics"]["loss:sum"] == pytest.approx(expected, rel=1e-5)
+        assert out["metrics"]["dpo/accuracy"] == 1.0
+        assert out["metrics"]["dpo/margin"] == pytest.approx(beta * sum(h) / 2, rel=1e-4)
+
+
+# --- optimizer -----------------------------------------------------------------------------------------
+
+def test_every_adam_param_changes_the_update(demo_assets, tmp_path, sft_datums):
+    session = make(demo_assets, tmp_path)
+    start = session.run("save_state", {"name": "start"})["path"]
+    batches = [sft_datums(2), sft_datums(2, offset=2)]
+    base = {"learning_rate": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.0,
+            "grad_clip_norm": 0.0}
+
+    def two_steps(**change):
+        session.run("load_state", {"path": start, "optimizer": False})
+        norms = []
+        for batch in batches:  # betas matter from the second step on
+            session.run("forward_backward", {"data": batch, "loss_fn": "cross_entropy"})
+            out = session.run("optim_step", {"adam_params": {**base, **change}})
+            norms.append(out["metrics"]["grad_norm"])
+        assert out["step"] == 2
+        return weights_of(session), norms
+
+    reference, norms = two_steps()
+    assert two_steps()[0].keys() == reference.keys() and max_diff(two_steps()[0], reference) == 0.0
+    for change in ({"learning_rate": 2e-3}, {"beta1": 0.5}, {"beta2": 0.5}, {"eps": 1e-2},
+                   {"weight_decay": 10.0}, {"grad_clip_norm": min(norms) / 10}):
+        assert max_diff(two_steps(**change)[0], reference) > 1e-6, change
+    _, clipped_norms = two_steps(grad_clip_norm=min(norms) / 10)
+    assert clipped_norms[0] == pytest.approx(norms[0])  # the reported norm is the one before clipping
+
+
+# --- states --------------------------------------------------------------------------------------------
+
+def test_save_state_is_a_model_plain_transformers_loads(demo_assets, tmp_path, sft_datums):
+    from transformers import AutoModelForCausalLM
+
+    session = make(demo_assets, tmp_path)
+    data = sft_datums(3)
+    session.run("forward_backward", {"data": data, "loss_fn": "cross_entropy"})
+    session.run("optim_step", {"adam_params": {"learning_rate": 1e-2}})
+    saved = session.run("save_state", {"name": "after-one"})
+    assert saved == {"path": str(tmp_path / "state" / "weights" / "after-one"), "step": 1, "format": "hf",
+                     "tokens": 0}
+    assert os.path.isfile(os.path.join(saved["path"], "trainer", "optim.optim.pt"))
+    loaded = AutoModelForCausalLM.from_pretrained(saved["path"]).eval()
+    ids = data[0]["model_input"]
+    with torch.no_grad():
+        theirs = loaded(input_ids=torch.tensor([ids])).logits[0]
+        mine = session.model(input_ids=torch.tensor([ids])).logits[0]
+        base = AutoModelForCausalLM.from_pretrained(demo_assets["model"])(input_ids=torch.tensor([ids])).logits[0]
+    assert torch.allclose(theirs, mine, atol=1e-5) and not torch.allclose(theirs, base, atol=1e-3)
+
+
+def test_lora_state_loads_with_peft_and_the_lora_knobs_apply(demo_assets, tmp_path, sft_datums):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    session = make(demo_assets, tmp_path, lora_rank=4, lora_alpha=8, target_modules=("q_proj", "v_proj"))
+    assert all(p.requires_grad == ("lora_" in n) for n, p in session.model.named_parameters())
+    lora_layers = {n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in session.model.named_parameters()
+                   if "lora_A" in n}
+    assert lora_layers == {"q_proj", "v_proj"}
+    session.run("forward_backward", {"data": sft_datums(3), "loss_fn": "cross_entropy"})
+    session.run("optim_step", {"adam_params": {"learning_rate": 1e-2}})
+    saved = session.run("save_state", {"name": "lora"})
+    assert saved["format"] == "lora"
+    with open(os.path.join(saved["path"], "adapter", "adapter_config.json")) as f:
+        config = json.load(f)
+    assert (config["r"], config["lora_alpha"], sorted(config["target_modules"])) == (4, 8, ["q_proj", "v_proj"])
+    assert set(load_file(os.path.join(saved["path"], "trainer", "model.safetensors"))) == {
+        n for n, p in session.model.named_parameters() if p.requires_grad}  # only the adapter is kept there
+    base = AutoModelForCausalLM.from_pretrained(demo_assets["model"])
+    adapted = PeftModel.from_pretrained(base, os.path.join(saved["path"], "adapter")).eval()
+    merged = AutoModelForCausalLM.from_pretrained(saved["path"]).eval()
+    ids = torch.tensor([sft_datums(1)[0]["model_input"]])
+    with torch.no_grad():
+        mine = session.model(input_ids=ids).logits
+        assert torch.allclose(adapted(input_ids=ids).logits, mine, atol=1e-5)
+        assert torch.allclose(merged(input_ids=ids).logits, mine, atol=1e-4)
+        with session.model.disable_adapter():
+            assert not torch.allclose(session.model(input_ids=ids).logits, mine, atol=1e-3)
+
+
+def test_load_state_continues_exactly(demo_assets, tmp_path, sft_datums):
+    batches = [sft_datums(2, offset=2 * i) for i in range(4)]
+    adam = {"learning_rate": 5e-3, "grad_clip_norm": 1.0, "weight_decay": 0.1}
+
+    def train(session, steps):
+        for batch in steps:
+            session.run("forward_backward", {"data": batch, "loss_fn": "cross_entropy"})
+            session.run("optim_step", {"adam_params": adam})
+
+    straight = make(demo_assets, tmp_path, lora_rank=4)
+    train(straight, batches)
+    first = make(demo_assets, tmp_path, lora_rank=4)
+    train(first, batches[:2])
+    first.run("forward_backward", {"data": batches[2], "loss_fn": "cross_entropy"})  # pending: not kept
+    path = first.run("save_state", {"name": "mid"})["path"]
+    second = make(demo_assets, tmp_path, lora_rank=4, seed=SEED + 1)  # another adapter init: the state overrides it
+    assert second.run("load_state", {"path": path}) == {"step": 2, "tokens": 0}
+    train(second, batches[2:])
+    assert second.step == 4 and max_diff(weights_of(second), weights_of(straight)) < 1e-6
+    # without the optimizer state, AdamW starts afresh: another result
+    third = make(demo_assets, tmp_path, lora_rank=4)
+    third.run("load_state", {"path": path, "optimizer": False})
+    train(third, batches[2:])
+    assert max_diff(weights_of(third), weights_of(straight)) > 1e-5
+
+
+def test_sampler_snapshot_keeps_the_weights_it_was_saved_with(demo_assets, tmp_path, sft_datums):
+    session = make(demo_assets, tmp_path)
+    prompts = prompt_ids(session)[:2]
+    params = {"max_tokens": 10, "seed": 4}
+    before = session.run("sample", {"prompts": prompts, "sampling_params": params})
+    snapshot = session.run("save_weights_for_sampler", {"name": "v0"})
+    assert snapshot == {"path": str(tmp_path / "state" / "sampler_weights" / "v0"), "tokens": 0}
+    assert not os.path.exists(os.path.join(snapshot["path"], "trainer"))  # weights only
+    for _ in range(3):
+        session.run("forward_backward", {"data": sft_datums(4), "loss_fn": "cross_entropy"})
+        session.run("optim_step", {"adam_params": {"learning_rate": 2e-2}})
+    now = session.run("sample", {"prompts": prompts, "sampling_params": params})
+    old = session.run("sample", {"prompts": prompts, "sampling_params": params, "sampler_path": snapshot["path"]})
+    strip = [[{k: v for k, v in s.items() if k != "logprobs"} for s in r["sequences"]] for r in (before, now, old)]
+    assert strip[2] == strip[0] and strip[1] != strip[0]
+    for a, b in zip(old["sequences"], before["sequences"]):
+        assert a["logprobs"] == pytest.approx(b["logprobs"], abs=1e-5)
+
+
+# --- what changes nothing -------------------------------------------------------------------------------
+
+def test_bad_input_changes_nothing(demo_assets, tmp_path, sft_datums):
+    session = make(demo_assets, tmp_path)
+    data = sft_datums(3)
+    before = weights_of(session)
+    vocab = session.vocab_size
+    bad = [dict(d) for d in data]
+    bad[2] = {"model_input": data[2]["model_input"], "loss_fn_inputs": {
+        **data[2]["loss_fn_inputs"], "target_tokens": data[2]["loss_fn_inputs"]["target_tokens"][:-1] + [vocab]}}
+    with pytest.raises(DataError) as info:
+        session.run("forward_backward", {"data": bad, "loss_fn": "cross_entropy"})
+    assert info.value.param == "data[2].loss_fn_inputs.target_tokens"
+    assert all(p.grad is None for p in session.params)  # the valid datums before it left no gradient
+    too_long = [{"model_input": [5] * 600, "loss_fn_inputs": {"target_tokens": [5] * 600, "weights": [1.0] * 600}}]
+    with pytest.raises(DataError) as info:
+        session.run("forward_backward", {"data": too_long, "loss_fn": "cross_entropy"})
+    assert info.value.param == "data[0].model_input"
+    with pytest.raises(ConfigError) as info:
+        session.run("sample", {"prompts": ["hi"], "sampling_params": {"max_tokens": 512}})
+    assert info.value.param == "sampling_params.max_tokens" and session.sample_calls == 0
+    with pytest.raises(ConfigError) as info:
+        session.run("optim_step", {"adam_params": {"learning_rate": 1e-3, "beta2": 1.5}})
+    assert info.value.param == "adam_params.beta2" and session.step == 0 and session.optimizer is None
+    assert max_diff(weights_of(session), before) == 0.0
+
+
+def test_states_are_read_only_from_allowed_places(demo_assets, tmp_path):
+    session = make(demo_assets, tmp_path, lora_rank=4)
+    saved = session.run("save_state", {"name": "mine"})["path"]
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(saved, elsewhere)
+    link = tmp_path / "state" / "weights" / "link"  # inside the root, pointing out of it
+    os.symlink(elsewhere, link)
+    for outside in (elsewhere, link):
+        with pytest.raises(ConfigError) as info:
+            session.run("load_state", {"path": str(outside)})
+        assert info.value.param == "path"
+        with pytest.raises(ConfigError) as info:
+            session.run("sample", {"prompts": ["hi"], "sampler_path": str(outside)})
+        assert info.value.param == "sampler_path"
+    with pytest.raises(ModelNotAllowed) as info:  # the model itself must lie under a model root
+        make(demo_assets, tmp_path, lora_rank=4, allowed_roots=(str(elsewhere),))
+    assert info.value.param == "model"
+    models_root = os.path.dirname(demo_assets["model"])
+    allowed = make(demo_assets, tmp_path, lora_rank=4, allowed_roots=(models_root, str(elsewhere)))
+    assert allowed.run("load_state", {"path": str(elsewhere)})["step"] == 0  # a model root is readable
+    with pytest.raises(ConfigError) as info:
+        session.run("load_state", {"path": str(tmp_path / "state" / "weights" / "missing")})
+    assert info.value.param == "path"
+    os.makedirs(tmp_path / "state" / "weights" / "empty")
+    with pytest.raises(CheckpointError) as info:
+        session.run("load_state", {"path": str(tmp_path / "state" / "weights" / "empty")})
+    assert info.value.param == "path"
+    full = make(demo_assets, tmp_path)  # another adapter configuration: refused, not half-loaded
+    with pytest.raises(ConfigError) as info:
+        full.run("load_state", {"path": saved})
+    assert info.value.param == "path" and full.step == 0
+    no_root = make(demo_assets, tmp_path, state_root="")
+    with pytest.raises(ConfigError) as info:
+        no_root.run("save_state", {"name": "x"})
+    assert info.value.param == "state_root"
+
+
+def test_bfloat16_computes_in_bfloat16_on_float32_masters(demo_assets, tmp_path, sft_datums):
+    exact = make(demo_assets, tmp_path)
+    low = make(demo_assets, tmp_path, dtype="bfloat16")
+    data = sft_datums(2)
+    a = exact.run("forward", {"data": data, "loss_fn": "cross_entropy"})["loss_fn_outputs"][0]["logprobs"]
+    b = low.run("forward", {"data": data, "loss_fn": "cross_entropy"})["loss_fn_outputs"][0]["logprobs"]
+    assert a != b and max(abs(x - y) for x, y in zip(a, b)) < 0.2
+    assert all(p.dtype == torch.float32 for p in low.params)
+    with pytest.raises(ConfigError) as info:
+        make(demo_assets, tmp_path, dtype="float64")
+    assert info.value.param == "dtype"
