@@ -42,12 +42,12 @@ import tempfile
 import time
 
 from bench.common import (
-    demo_assets,
     emit,
     gemm_peak_gflops,
     job_resources,
     load_average,
     matmul_params,
+    preference_inputs,
     set_threads,
     spread,
 )
@@ -181,22 +181,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     # What the job's worker will use (--threads, else a job's default resources); the GEMM peak too.
     threads = set_threads(worker_threads(job_resources(args.threads)))
-    model, data, val_data = args.model, args.data, args.val_data
-    if not model or not data:
-        assets = demo_assets()
-        if not model and args.wide:
-            from bench.datasets import wide_model_path
-
-            model = wide_model_path(tokenizer_dir=assets["tokenizer"])
-        model = model or assets["model"]
-        if not data:
-            if args.longtail:
-                from bench.datasets import longtail_paths
-
-                paths = longtail_paths(tokenizer_dir=assets["tokenizer"])
-                data, val_data = paths["train"], val_data or paths["val"]
-            else:
-                data, val_data = assets["preference_train"], val_data or assets["preference_val"]
+    model, data, val_data = preference_inputs(args)
 
     if args.packing_compare:
         result = compare_packing(model, data, val_data, args, threads)

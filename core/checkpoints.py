@@ -19,7 +19,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from core.config import settings
-from core.models import Checkpoint
+from core.models import Checkpoint, Model
 from core.references import users
 from core.storage import COMPLETE_MARKER, Storage, get_storage, is_url
 
@@ -123,3 +123,13 @@ def local_export(db: Session, ref: str) -> str | None:
     if location is None or is_url(location):
         return None
     return location if os.path.isabs(location) else str(storage.local_path(location)) if storage.is_local else None
+
+
+def model_location(db: Session, ref: str) -> str:
+    """Where a worker loads an already-checked model reference from: a Keel model's recorded path, a
+    checkpoint's Hugging Face export, else `ref` itself (a path or a hub id)."""
+    if ref.startswith("model-"):
+        return db.get(Model, ref).path
+    if ref.startswith("ckpt-"):
+        return export_location(get_storage(), db.get(Checkpoint, ref).path) or ""
+    return ref

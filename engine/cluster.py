@@ -7,6 +7,8 @@ import importlib.metadata
 import os
 from typing import Any
 
+from engine.errors import EngineError
+
 # Without these, a local Ray advertises the host's non-loopback address and phones home. Only for
 # the private local Ray: a driver joining a real cluster must find its node by the host's address.
 _LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -65,3 +67,18 @@ def resource_snapshot() -> list[dict[str, Any]]:
                       "cpus_total": float(total.get("CPU", 0.0)), "cpus_available": float(free.get("CPU", 0.0)),
                       "gpus_total": float(total.get("GPU", 0.0)), "gpus_available": float(free.get("GPU", 0.0))})
     return nodes
+
+
+def get_unwrapped(ref: Any, what: str) -> Any:
+    """`ray.get(ref)` with the remote's own exception re-raised (its code and param intact) instead of
+    Ray's wrapping; a failure with no such cause is `internal_error`, named by `what`. A dead actor's
+    `RayActorError` passes through: callers word it (and may read it as a cancel)."""
+    import ray
+
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as err:
+        cause = getattr(err, "cause", None)
+        if isinstance(cause, BaseException):
+            raise cause from None
+        raise EngineError(f"{what} failed: {err}", code="internal_error") from None

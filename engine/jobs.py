@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from engine.cluster import code_options, connect
+from engine.cluster import code_options, connect, get_unwrapped
 from engine.config import JobRequest, JobResult
 from engine.errors import Cancelled, ConfigError, EngineError, Paused
 from engine.reporting import Reporter
@@ -268,12 +268,7 @@ def _result(ref: Any, reporter: Reporter) -> JobResult:
     import ray
 
     try:
-        return ray.get(ref)
-    except ray.exceptions.RayTaskError as err:
-        cause = getattr(err, "cause", None)
-        if isinstance(cause, BaseException):
-            raise cause from None
-        raise EngineError(f"the job controller failed: {err}", code="internal_error") from None
+        return get_unwrapped(ref, "the job controller")
     except ray.exceptions.RayActorError as err:
         if reporter.should_stop():
             raise Cancelled("job cancelled") from None

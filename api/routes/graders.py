@@ -26,8 +26,8 @@ from api.routes.jobs import _model_ref
 from api.schemas.fine_tuning import GraderRun, GraderValidate
 from core import checkpoints
 from core.config import settings
-from core.models import Checkpoint, Model
-from core.storage import get_storage, is_url
+from core.models import Model
+from core.storage import is_url
 
 router = APIRouter(prefix="/v1/fine_tuning/alpha/graders", tags=["fine_tuning"])
 
@@ -111,15 +111,6 @@ def _renamed(grader: Any, names: dict[str, str]) -> Any:
     return out
 
 
-def _location(db: Session, ref: str) -> str:
-    """Where the child process loads a checked model reference from (a path, or a URL of the store)."""
-    if ref.startswith("model-"):
-        return db.get(Model, ref).path
-    if ref.startswith("ckpt-"):
-        return checkpoints.export_location(get_storage(), db.get(Checkpoint, ref).path) or ""
-    return ref
-
-
 @router.post("/run", summary="Run a grader", responses=problem_responses(400, 401, 429))
 def run_grader(body: GraderRun, project: CurrentProject, db: SessionDep) -> dict[str, Any]:
     """OpenAI's `fine_tuning.alpha.graders.run`: the grader's reward of `model_sample` for `item`. A sample
@@ -128,7 +119,8 @@ def run_grader(body: GraderRun, project: CurrentProject, db: SessionDep) -> dict
     if body.reference_answer is not None:
         item.setdefault("reference_answer", body.reference_answer)
     validated = check_grader(body.grader, "grader")
-    models = {ref: _location(db, model_ref(db, project.id, ref, param)) for ref, param in validated["models"]}
+    models = {ref: checkpoints.model_location(db, model_ref(db, project.id, ref, param))
+              for ref, param in validated["models"]}
     request: dict[str, Any] = {"op": "run", "grader": body.grader, "model_sample": body.model_sample, "item": item,
                                "models": models}
     if any(is_url(location) for location in models.values()):

@@ -42,8 +42,7 @@ from core import checkpoints, trainers
 from core import logging as logcontext
 from core.capacity import Demand, Group, admission, fresh_nodes
 from core.config import settings
-from core.models import Checkpoint, Model, Trainer, TrainerOperation
-from core.storage import get_storage
+from core.models import Model, Trainer, TrainerOperation
 from workers import dispatch
 
 log = logging.getLogger(__name__)
@@ -120,15 +119,6 @@ def _positive_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def _base_location(db: Session, ref: str) -> str:
-    """Where the workers load `ref` from (as `workers.resolve.resolve_model` does for jobs)."""
-    if ref.startswith("model-"):
-        return db.get(Model, ref).path
-    if ref.startswith("ckpt-"):
-        return checkpoints.export_location(get_storage(), db.get(Checkpoint, ref).path) or ""
-    return ref
-
-
 def _admit(body: TrainerCreate) -> None:
     """Refuse an actor over the deployment's caps or bigger than any node (it could never start)."""
     res = body.resources
@@ -163,7 +153,7 @@ def create_trainer(body: TrainerCreate, project: CurrentProject, caller: Current
     _admit_cluster(db, body)
     config = _model_config(db, ref)
     trainer = Trainer(
-        project_id=project.id, status="active", model=ref, base_model_path=_base_location(db, ref),
+        project_id=project.id, status="active", model=ref, base_model_path=checkpoints.model_location(db, ref),
         lora=body.lora.model_dump(mode="json") if body.lora else None,
         resources=body.resources.model_dump(mode="json"), seed=body.seed, dtype=body.dtype,
         idle_timeout_s=body.idle_timeout_s, meta=body.metadata, vocab_size=_positive_int(config.get("vocab_size")),

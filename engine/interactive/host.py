@@ -16,7 +16,7 @@ import logging
 import time
 from typing import Any
 
-from engine.cluster import code_options, connect
+from engine.cluster import code_options, connect, get_unwrapped
 from engine.errors import EngineError
 from engine.interactive.datums import validate_payload
 from engine.interactive.spec import NAMESPACE, SessionSpec, actor_name
@@ -79,12 +79,7 @@ def _get(ref: Any) -> Any:
     import ray
 
     try:
-        return ray.get(ref)
-    except ray.exceptions.RayTaskError as err:
-        cause = getattr(err, "cause", None)
-        if isinstance(cause, BaseException):
-            raise cause from None
-        raise EngineError(f"the trainer failed: {err}", code="internal_error") from None
+        return get_unwrapped(ref, "the trainer")
     except ray.exceptions.RayActorError as err:
         raise EngineError(f"the trainer's process died: {str(err).splitlines()[0]}", code="worker_lost") from None
 
