@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup run test test-fast lint sdk clean
+.PHONY: setup run test test-serial test-fast lint sdk clean
 
 setup: $(VENV)/.installed
 
@@ -22,6 +22,10 @@ run: setup
 test: setup
 	bash scripts/test-services.sh
 	bash scripts/test-browser.sh
+	$(BIN)/python scripts/test-groups.py
+
+# One pytest session, in order (to debug a test's interaction with the ones before it).
+test-serial: setup
 	$(BIN)/python -m pytest
 
 test-fast: setup

@@ -9,6 +9,32 @@ Requests: the `limits` library's sliding-window counter over one minute (two cou
 Redis, taken and read by one atomic script: one round trip, from the event loop for API requests).
 Streams: a Redis sorted set per key of stream leases that expire unless renewed, so a stream whose
 process died stops counting within `LEASE_S`.
+
+Token leases (`acheck`, the event-loop path every API request takes). A key busy in this process
+takes up to n requests' worth of its budget per round trip: the script grants g = min(n, what the
+weighted count allows) tokens (0 = refused), counts all g in Redis at once, and the process spends
+the other g - 1 on the key's next requests without a round trip, for at most `TOKEN_LEASE_S` after
+the grant; tokens left then are dropped. n is half the key's requests in this process over the last
+`TOKEN_LEASE_S`, between 1 and min(`MAX_LEASE`, limit // 100): a key with a limit under 200 per
+window, or fewer than 4 requests per lease period here, gets n = 1, one round trip per request,
+exactly as without leases. One lease per key and event loop is taken at a time (requests that find
+none left wait for it), so:
+
+- the budget stays shared and is never exceeded: every request is counted in Redis before it is
+  admitted, by at most `TOKEN_LEASE_S` (Redis runs ahead of the spending, never behind it);
+- over-counting is bounded: tokens that expire unspent were counted but admitted nobody. At most
+  n - 1 <= 1% of the limit per process and key per `TOKEN_LEASE_S`, and only when the key's traffic
+  slows down (at a steady rate a lease lasts about half of it), or n when a lease's answer never
+  arrives (a timeout, a cancelled request); the key is refused that much early;
+- refusals come from Redis's count: a process with no tokens left asks Redis, and a refused lease
+  leaves it none;
+- headers stay truthful: a request served from a lease shows the remaining budget Redis reported
+  with it plus the tokens still unspent here (Redis already counted them): one process alone shows
+  the count-down one round trip per request gives, and spending its tokens never raises the figure
+  (only the sliding window's decay does, as before); Reset counts down from the lease's figure.
+
+The sync `check` (routes that authenticate in a worker thread) keeps one round trip per request and
+no tokens; the fallback without Redis counts each request in the process, as before.
 """
 
 from __future__ import annotations
@@ -47,6 +73,11 @@ REDIS_TIMEOUT_S = 0.5
 LEASE_S = 60.0
 """A stream's slot expires this long after its last renewal (a process that died frees its slots)."""
 RENEW_S = 15.0
+TOKEN_LEASE_S = 1.0
+"""Tokens a process took from Redis ahead of its requests are spent within this long, or dropped."""
+MAX_LEASE = 32
+"""At most this many tokens per round trip (and never over 1% of the key's limit)."""
+_PRUNE_AT = 1024
 
 
 @dataclass(frozen=True)
@@ -89,10 +120,12 @@ def _redis_options() -> dict[str, Any]:
 
 
 # The sliding-window counter of the `limits` library (same keys, same arithmetic), in one round trip:
-# shift an expired window, take one request if the weighted count allows it, and return the counts.
+# shift an expired window, take as many of ARGV[3] requests (1 if absent) as the weighted count
+# allows, and return how many with the counts.
 _SLIDING_WINDOW = """
 local limit = tonumber(ARGV[1])
 local expiry = tonumber(ARGV[2]) * 1000
+local wanted = tonumber(ARGV[3]) or 1
 local current_ttl = tonumber(redis.call('pttl', KEYS[2]))
 if current_ttl > 0 and current_ttl < expiry then
     redis.call('rename', KEYS[2], KEYS[1])
@@ -102,79 +135,175 @@ local previous_count = tonumber(redis.call('get', KEYS[1])) or 0
 local previous_ttl = math.max(0, tonumber(redis.call('pttl', KEYS[1])) or 0)
 local current_count = tonumber(redis.call('get', KEYS[2])) or 0
 current_ttl = math.max(0, tonumber(redis.call('pttl', KEYS[2])) or 0)
-local allowed = 0
-if math.floor(previous_count * previous_ttl / expiry) + current_count + 1 <= limit then
-    allowed = 1
+local granted = math.max(0, math.min(wanted, limit - math.floor(previous_count * previous_ttl / expiry) - current_count))
+if granted > 0 then
     if redis.call('exists', KEYS[2]) == 1 then
-        current_count = redis.call('incrby', KEYS[2], 1)
+        current_count = redis.call('incrby', KEYS[2], granted)
     else
-        redis.call('set', KEYS[2], 1, 'PX', expiry * 2)
-        current_count, current_ttl = 1, expiry * 2
+        redis.call('set', KEYS[2], granted, 'PX', expiry * 2)
+        current_count, current_ttl = granted, expiry * 2
     end
 end
-return {allowed, previous_count, previous_ttl, current_count, current_ttl}
+return {granted, previous_count, previous_ttl, current_count, current_ttl}
 """
+
+
+class _Tokens:
+    """One key's leased tokens in one event loop (see the module doc), the figures Redis gave with
+    them, and the key's recent request count here, which sizes the next lease."""
+
+    __slots__ = ("bucket", "count", "expires", "left", "limit", "previous", "refilling", "remaining", "reset_at")
+
+    def __init__(self, limit: int, now: float) -> None:
+        self.limit = limit
+        self.left, self.expires, self.remaining, self.reset_at = 0, 0.0, 0, 0.0
+        self.refilling: asyncio.Event | None = None
+        """Set while one request of the key takes a lease; the others wait for it."""
+        self.bucket, self.count, self.previous = now, 0, 0
+
+    def arrive(self, now: float, ttl: float) -> float:
+        """Counts a request; returns the requests over the last `ttl` (two buckets of `ttl`, the older
+        one weighted by how much of it is still inside)."""
+        elapsed = now - self.bucket
+        if elapsed >= ttl:
+            self.previous = self.count if elapsed < 2 * ttl else 0
+            self.count = 0
+            self.bucket = self.bucket + ttl if elapsed < 2 * ttl else now
+            elapsed = now - self.bucket
+        self.count += 1
+        return self.previous * (1 - elapsed / ttl) + self.count
+
+    def spend(self, now: float) -> Budget | None:
+        if self.left > 0 and now < self.expires:
+            self.left -= 1
+            return Budget(True, self.limit, self.remaining + self.left, max(0, math.ceil(self.reset_at - now)))
+        return None
+
+    def fill(self, granted: int, remaining: int, reset_in: float, now: float, ttl: float) -> None:
+        """Keeps a lease's tokens but the one its own request spends (none when refused)."""
+        self.left = max(0, granted - 1)
+        self.expires, self.remaining, self.reset_at = now + ttl, remaining, now + reset_in
+
+
+class _LoopState:
+    """What `acheck` keeps per event loop: the asyncio script client and the keys' tokens. One loop
+    runs one coroutine at a time, so none of it needs a lock."""
+
+    __slots__ = ("prune_at", "script", "tokens")
+
+    def __init__(self, script: Any) -> None:
+        self.script = script
+        self.tokens: dict[tuple[str, int], _Tokens] = {}
+        self.prune_at = _PRUNE_AT
+
+    def tokens_of(self, key_id: str, limit: int, now: float, ttl: float) -> _Tokens:
+        tokens = self.tokens.get((key_id, limit))
+        if tokens is None:
+            if len(self.tokens) >= self.prune_at:  # forget keys quiet for two lease periods
+                self.tokens = {k: t for k, t in self.tokens.items() if t.bucket > now - 2 * ttl or t.refilling}
+                self.prune_at = max(_PRUNE_AT, 2 * len(self.tokens))
+            tokens = self.tokens[(key_id, limit)] = _Tokens(limit, now)
+        return tokens
 
 
 class RateLimiter:
     """Requests per minute per API key (see the module doc)."""
 
-    def __init__(self, redis_url: str | None = None, *, prefix: str = "keel:ratelimit", window_s: int = 60) -> None:
+    def __init__(self, redis_url: str | None = None, *, prefix: str = "keel:ratelimit", window_s: int = 60,
+                 lease_s: float = TOKEN_LEASE_S) -> None:
         self.window_s = window_s
         self.prefix = prefix
         self.redis_url = redis_url
+        # A lease never outlives 1/60 of the window, whatever the window (tests use 2 s windows).
+        self.lease_s = min(lease_s, window_s / 60)
+        self.redis_calls = 0
+        """Script round trips made (both paths; tests read it)."""
         self._local = SlidingWindowCounterRateLimiter(MemoryStorage())
         self._script = (redis.Redis.from_url(redis_url, **_redis_options()).register_script(_SLIDING_WINDOW)
                         if redis_url else None)
-        self._async_scripts: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState] = weakref.WeakKeyDictionary()
         self._fallback = _Fallback("rate limiter")
 
     def check(self, key_id: str, per_window: int) -> Budget | None:
         """Count one request of `key_id` against `per_window` requests per window (a minute); None when
-        rate limiting is off (`per_window` <= 0)."""
+        rate limiting is off (`per_window` <= 0). One round trip per request: no leased tokens."""
         if per_window <= 0:
             return None
         item = RateLimitItemPerSecond(per_window, self.window_s)
         if self._script is not None and self._fallback.redis_ok():
             try:
-                return self._budget(item, self._script(keys=self._keys(item, key_id), args=[per_window, self.window_s]))
+                self.redis_calls += 1
+                counts = self._script(keys=self._keys(item, key_id), args=[per_window, self.window_s, 1])
+                return self._budget(item, counts)
             except (redis.RedisError, OSError) as exc:
                 self._fallback.failed(exc)
         return self._hit(self._local, item, key_id)
 
     async def acheck(self, key_id: str, per_window: int) -> Budget | None:
-        """`check` on the event loop (an asyncio Redis client of this loop): no thread for it."""
+        """`check` on the event loop (an asyncio Redis client of this loop, no thread), served from
+        the key's leased tokens while it has some (see the module doc)."""
         if per_window <= 0:
             return None
+        if not self.redis_url:
+            return self._hit(self._local, RateLimitItemPerSecond(per_window, self.window_s), key_id)
+        state, now = self._loop_state(), time.monotonic()
+        tokens = state.tokens_of(key_id, per_window, now, self.lease_s)
+        recent = tokens.arrive(now, self.lease_s)
+        budget = tokens.spend(now)
+        if budget is None and tokens.refilling is not None:
+            await tokens.refilling.wait()  # bounded: the lease's round trip has a timeout
+            budget = tokens.spend(time.monotonic())
+        if budget is not None:
+            return budget
         item = RateLimitItemPerSecond(per_window, self.window_s)
-        if self.redis_url and self._fallback.redis_ok():
+        if self._fallback.redis_ok():
+            # Another lease under way (it did not cover this request): ask for this request alone.
+            wanted = 1 if tokens.refilling else max(1, min(int(recent) // 2, MAX_LEASE, per_window // 100))
+            refilling = None
+            if wanted > 1:
+                refilling = tokens.refilling = asyncio.Event()
             try:
-                async with asyncio.timeout(REDIS_TIMEOUT_S):  # one timer for the round trip (see _async_script)
-                    counts = await self._async_script()(keys=self._keys(item, key_id),
-                                                        args=[per_window, self.window_s])
-                return self._budget(item, counts)
+                async with asyncio.timeout(REDIS_TIMEOUT_S):  # one timer for the round trip (see _loop_state)
+                    self.redis_calls += 1
+                    counts = await state.script(keys=self._keys(item, key_id),
+                                                args=[per_window, self.window_s, wanted])
+                granted, remaining, reset_in = self._figures(item, counts)
+                if wanted > 1:
+                    tokens.fill(granted, remaining, reset_in, time.monotonic(), self.lease_s)
+                return Budget(granted > 0, per_window, remaining + tokens.left if wanted > 1 else remaining,
+                              max(0, math.ceil(reset_in)))
             except (redis.RedisError, OSError, TimeoutError) as exc:
                 self._fallback.failed(exc)
+            finally:
+                if refilling is not None:
+                    tokens.refilling = None
+                    refilling.set()
         return self._hit(self._local, item, key_id)
 
-    def _async_script(self) -> Any:
+    def _loop_state(self) -> _LoopState:
         loop = asyncio.get_running_loop()
-        script = self._async_scripts.get(loop)
-        if script is None:
+        state = self._loops.get(loop)
+        if state is None:
             # No socket timeout on the client: with one, redis-py wraps every write in `wait_for` (a
             # task per command) and every read in a timer; `acheck` bounds the whole call instead.
             client = aioredis.Redis.from_url(self.redis_url, socket_timeout=None,  # (redis-py's default: 5 s)
                                              socket_connect_timeout=REDIS_TIMEOUT_S)
-            script = self._async_scripts[loop] = client.register_script(_SLIDING_WINDOW)
-        return script
+            state = self._loops[loop] = _LoopState(client.register_script(_SLIDING_WINDOW))
+        return state
 
     def _keys(self, item: RateLimitItemPerSecond, key_id: str) -> list[str]:
         current = f"{self.prefix}:{{{item.key_for(key_id)}}}"  # `limits`' RedisStorage key layout
         return [f"{current}/-1", current]
 
     def _budget(self, item: RateLimitItemPerSecond, counts: list[Any]) -> Budget:
-        """The `X-RateLimit-*` figures from the script's counts, as `limits` computes its window stats."""
-        allowed, previous, previous_ttl_ms, current, current_ttl_ms = (int(c) for c in counts)
+        granted, remaining, reset_in = self._figures(item, counts)
+        return Budget(granted > 0, item.amount, remaining, max(0, math.ceil(reset_in)))
+
+    @staticmethod
+    def _figures(item: RateLimitItemPerSecond, counts: list[Any]) -> tuple[int, int, float]:
+        """Tokens granted, remaining budget and seconds to the reset, from the script's counts, as
+        `limits` computes its window stats."""
+        granted, previous, previous_ttl_ms, current, current_ttl_ms = (int(c) for c in counts)
         expiry = item.get_expiry()
         previous_expires_in, current_expires_in = previous_ttl_ms / 1000, current_ttl_ms / 1000
         remaining = max(0, item.amount - math.floor(previous * previous_expires_in / expiry + current))
@@ -183,8 +312,7 @@ class RateLimiter:
             reset_in = previous_expires_in % (expiry / previous)
         if current:
             reset_in = min(reset_in, current_expires_in % expiry)
-        reset = 0 if reset_in == math.inf else max(0, math.ceil(reset_in))
-        return Budget(bool(allowed), item.amount, remaining, reset)
+        return granted, remaining, 0.0 if reset_in == math.inf else reset_in
 
     @staticmethod
     def _hit(limiter: SlidingWindowCounterRateLimiter, item: RateLimitItemPerSecond, key_id: str) -> Budget:

@@ -30,12 +30,26 @@ def set_threads(threads: int | None) -> int:
     return torch.get_num_threads()
 
 
-def job_resources(threads: int | None):
-    """The `Resources` of a benchmarked job: `threads` CPUs per worker, or (None) a job's defaults.
-    The engine sets torch's thread count from them (`engine.distributed.worker_threads`), as in a job."""
+def job_resources(threads: int | None, method: str):
+    """The engine `Resources` of a benchmarked `method` job: `threads` CPUs per worker, or (None) a job's
+    defaults, with `cpus_per_worker: auto` resolved as the service resolves it at job creation
+    (`core.capacity.auto_cpus_per_worker`, with this deployment's `KEEL_AUTO_CPUS_PER_WORKER_MAX` and
+    `KEEL_MAX_JOB_CPUS`) on a cluster of one idle node: this machine's usable cores. The engine sets
+    torch's thread count from them (`engine.distributed.worker_threads`), as in a job."""
+    import dataclasses
+
     from engine.config import Resources
 
-    return Resources() if threads is None else Resources(cpus_per_worker=float(threads))
+    if threads is not None:
+        return Resources(cpus_per_worker=float(threads))
+    from core.capacity import Node, auto_cpus_per_worker
+    from core.config import settings
+
+    resources, cores = Resources(), usable_cores()
+    spec = {"method": {"type": method}, "resources": dataclasses.asdict(resources)}
+    cpus = auto_cpus_per_worker(spec, [Node("local", "127.0.0.1", cores, cores, 0.0, 0.0)],
+                                cap=settings.AUTO_CPUS_PER_WORKER_MAX, max_cpus=settings.MAX_JOB_CPUS)
+    return dataclasses.replace(resources, cpus_per_worker=float(cpus))
 
 
 def usable_cores() -> int:

@@ -31,8 +31,10 @@ matrix products dominate.
 
 Threads (`--threads`, a comma list): `1` gives both sides one torch thread (Keel: a job with
 `resources.cpus_per_worker: 1`); `default` passes nothing, so each side runs at its own default:
-Keel's from the job's default resources (`engine.distributed.worker_threads`), TRL's torch's
-default (one per core).
+Keel's from the job's default resources, `cpus_per_worker: auto` resolved as the service resolves it
+at job creation for a cluster of one idle node with this machine's usable cores
+(`bench.common.job_resources`: every core, up to `KEEL_AUTO_CPUS_PER_WORKER_MAX`, 16; then
+`engine.distributed.worker_threads`), TRL's torch's default (one per core).
 
 Each round runs every workload on both sides, Keel first in even rounds and TRL first in odd ones,
 each in a fresh subprocess at the same dtype and gradient-checkpointing setting. The ratio Keel/TRL
@@ -243,7 +245,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--workloads", default="rm,rm_longtail,ppo,grpo,dpo,dpo_longtail")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", default="1,default",
-                   help="thread settings, comma-separated: a count for both sides, or `default` (each its own)")
+                   help="thread settings, comma-separated: a count for both sides, or `default` (each its "
+                        "own: Keel's job default `cpus_per_worker: auto`, resolved for this machine)")
     p.add_argument("--rm-steps", type=int, default=40)
     p.add_argument("--longtail-steps", type=int, default=20)
     p.add_argument("--ppo-steps", type=int, default=5)

@@ -24,7 +24,8 @@ CPU time, `bench.reward_model.CPUClockReporter`), then reads the per-step metric
 Defaults: the demo policy and the demo pairs; --longtail: `bench.datasets`' long-tail pairs
 (responses 10..400 tokens); --wide: the wide Llama (28M) instead of the demo one.
 Threads: --threads N gives the job N CPUs per worker (the engine sets torch's threads from that,
-`engine.distributed.worker_threads`); without it the job's default resources decide, as in a job.
+`engine.distributed.worker_threads`); without it the job's default resources decide, as in a job
+(`cpus_per_worker: auto`, resolved as the service would on this machine: `bench.common.job_resources`).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def build_request(model: str, data: str, val_data: str | None, work: str, *, bat
     })
     return JobRequest(job_id="bench-dpo", method="dpo", config=cfg, model_path=model, training_file=data,
                       validation_file=val_data, output_dir=f"{work}/out", checkpoint_dir=f"{work}/ckpt",
-                      seed=seed, resources=job_resources(threads))
+                      seed=seed, resources=job_resources(threads, "dpo"))
 
 
 def summarise(reporter: CPUClockReporter, batch_size: int) -> dict:
@@ -123,7 +124,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--beta", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None,
-                   help="CPUs of the job's worker, hence torch threads (default: a job's default resources)")
+                   help="CPUs of the job's worker, hence torch threads (default: a job's default, `auto`, "
+                        "resolved for this machine)")
     p.add_argument("--peak-gflops", type=float, default=None, help="GEMM peak to use (default: measure it)")
     p.add_argument("--no-mfu", action="store_true", help="skip the GEMM measurement (mfu: null)")
     p.add_argument("--json", action="store_true", help="print one JSON line")
@@ -132,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
     from engine.distributed import worker_threads
     from engine.dpo import run_dpo
 
-    threads = set_threads(worker_threads(job_resources(args.threads)))
+    threads = set_threads(worker_threads(job_resources(args.threads, "dpo")))
     model, data, val_data = preference_inputs(args)
 
     load_avg = load_average()

@@ -35,7 +35,16 @@ import os
 import tempfile
 import time
 
-from bench.common import demo_assets, emit, load_average, set_threads, spread, tree_cpu_seconds, usable_cores
+from bench.common import (
+    demo_assets,
+    emit,
+    job_resources,
+    load_average,
+    set_threads,
+    spread,
+    tree_cpu_seconds,
+    usable_cores,
+)
 from engine.reporting import RecordingReporter
 
 TIMING_NOTE = "mean over steps 2..N of timing_s/*; excludes Ray start-up, loading, step 1, final checkpoint/save"
@@ -49,11 +58,12 @@ def build_request(model: str, reward_model: str | None, prompts: str, work: str,
                   response_length: int, prompt_length: int, steps: int, epochs: int, dtype: str,
                   gradient_checkpointing: bool, threads: int | None, seed: int, packing: bool = True,
                   adv_estimator: str = "gae", n: int = 1, reward_function: str | None = None):
-    """A PPO job request. `threads` None: the job's default resources (the engine picks the thread
+    """A PPO job request. `threads` None: the job's default resources, `cpus_per_worker: auto` resolved
+    for this machine as the service would (`bench.common.job_resources`; the engine picks the thread
     count from `resources.cpus_per_worker`, as for any job). `adv_estimator` `grpo`: no critic, the
     KL to the reference as a loss term (`actor.use_kl_loss`, k3) instead of in the reward, as GRPO
     runs; `reward_function` names a rule reward (`engine.rewards`) instead of `reward_model`."""
-    from engine.config import JobRequest, PPOConfig, Resources, build_config
+    from engine.config import JobRequest, PPOConfig, build_config
 
     algorithm: dict = {"adv_estimator": adv_estimator}
     actor: dict = {"ppo_mini_batch_size": batch, "ppo_epochs": epochs}
@@ -72,7 +82,7 @@ def build_request(model: str, reward_model: str | None, prompts: str, work: str,
         "trainer": {"total_training_steps": steps, "test_freq": -1, "save_freq": -1},
     })
     reward = {"function": reward_function} if reward_function else {"model_path": reward_model}
-    resources = Resources() if threads is None else Resources(num_workers=1, cpus_per_worker=float(threads))
+    resources = job_resources(threads, "ppo")
     return JobRequest(job_id="bench-ppo", method="ppo", config=cfg, model_path=model, training_file=prompts,
                       output_dir=f"{work}/out", checkpoint_dir=f"{work}/ckpt", seed=seed,
                       reward=reward, resources=resources)
@@ -197,7 +207,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--epochs", type=int, default=1, help="PPO epochs per batch")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     p.add_argument("--gradient-checkpointing", action="store_true")
-    p.add_argument("--threads", type=int, default=None, help="CPUs for the local Ray and torch (default: all)")
+    p.add_argument("--threads", type=int, default=None, help="CPUs for the local Ray and torch (default: the local Ray gets every usable core "
+                   "and the job its default resources, `cpus_per_worker: auto` resolved for this machine)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--step-cost", action="store_true",
                    help="measure one update step's phases in process (snapshot share; see above)")

@@ -71,7 +71,7 @@ def build_request(model: str, data: str, val_data: str | None, work: str, *, bat
     })
     return JobRequest(job_id="bench-rm", method="reward_model", config=cfg, model_path=model,
                       training_file=data, validation_file=val_data, output_dir=f"{work}/out",
-                      checkpoint_dir=f"{work}/ckpt", seed=seed, resources=job_resources(threads))
+                      checkpoint_dir=f"{work}/ckpt", seed=seed, resources=job_resources(threads, "reward_model"))
 
 
 class CPUClockReporter(RecordingReporter):
@@ -166,7 +166,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None,
-                   help="CPUs of the job's worker, hence torch threads (default: a job's default resources)")
+                   help="CPUs of the job's worker, hence torch threads (default: a job's default, `auto`, "
+                        "resolved for this machine)")
     p.add_argument("--peak-gflops", type=float, default=None, help="GEMM peak to use (default: measure it)")
     p.add_argument("--no-mfu", action="store_true", help="skip the GEMM measurement (mfu: null)")
     p.add_argument("--no-remove-padding", action="store_true",
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> dict:
     from engine.distributed import worker_threads
 
     # What the job's worker will use (--threads, else a job's default resources); the GEMM peak too.
-    threads = set_threads(worker_threads(job_resources(args.threads)))
+    threads = set_threads(worker_threads(job_resources(args.threads, "reward_model")))
     model, data, val_data = preference_inputs(args)
 
     if args.packing_compare:

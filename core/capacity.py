@@ -1,4 +1,5 @@
-"""What a job reserves on the Ray cluster, what the cluster has, and whether one fits the other.
+"""What a job reserves on the Ray cluster, what the cluster has, whether one fits the other, and
+what `resources.cpus_per_worker: auto` resolves to.
 
 One place for the arithmetic both the API (admission at create time) and the workers (the claim
 and the sweeper) use; no torch, no ray. It mirrors how the engine reserves resources:
@@ -195,6 +196,35 @@ def admission(demand: Demand, nodes: Sequence[Node] | None, *, max_cpus: float =
         return Admission("wait", "waiting_for_resources", None,
                          f"the cluster has not {_n(demand.cpus)} CPUs and {_n(demand.gpus)} GPUs free right now")
     return Admission("ok")
+
+
+def auto_cpus_per_worker(spec: Mapping[str, Any], nodes: Sequence[Node] | None, *, cap: int,
+                         max_cpus: float = 0.0) -> int:
+    """What `resources.cpus_per_worker: auto` resolves to when a job is created (the API stores the
+    number; nothing downstream sees `auto`). A CPU-only job gets the most whole CPUs per worker, at
+    most `cap` (`KEEL_AUTO_CPUS_PER_WORKER_MAX`), with which it still fits the whole cluster, every node
+    taken as empty and the bundles placed as `admission` places them, and `max_cpus`
+    (`KEEL_MAX_JOB_CPUS`, 0 = none). `executor: local` counts as one bundle on one node: all its
+    threads run in one process. 1 for a job with GPUs: GPUs place it and do its compute. 1 with no
+    fresh capacity (no worker has published yet): it is always admissible by the cluster's size, and
+    any more could make the job too big for a cluster nobody has seen. 1 too when even 1 does not fit:
+    admission then refuses the job with its own message."""
+    res = dict(spec.get("resources") or {})
+    if float(res.get("gpus_per_worker", 0.0)) > 0 or not nodes:
+        return 1
+    local = res.get("executor", "ray") == "local"
+
+    def demand(cpus: int) -> Demand:
+        if local:
+            return Demand((Group("local", 1, float(cpus), 0.0, "PACK"),))
+        return job_demand({**spec, "resources": {**res, "cpus_per_worker": float(cpus)}})
+
+    bundles = demand(1).cpus  # every bundle holds `cpus_per_worker`: the job's CPUs are bundles x c
+    free = [(n.cpus_total, n.gpus_total) for n in nodes]
+    top = min(cap, math.floor(max(c for c, _ in free) + _EPS), math.floor(sum(c for c, _ in free) / bundles + _EPS))
+    if max_cpus > 0:
+        top = min(top, math.floor(max_cpus / bundles + _EPS))
+    return next((c for c in range(top, 1, -1) if fits(demand(c), free)), 1)
 
 
 def _n(x: float) -> str:

@@ -54,6 +54,11 @@ class Settings(BaseSettings):
     """Most CPUs one job may reserve in all (0 = no cap beyond the cluster's size)."""
     MAX_JOB_GPUS: float = 0.0
     """Most GPUs one job may reserve in all (0 = no cap beyond the cluster's size)."""
+    AUTO_CPUS_PER_WORKER_MAX: int = Field(default=16, ge=1, le=1024)
+    """Most CPUs per worker `resources.cpus_per_worker: auto` (the default) resolves to
+    (`core.capacity.auto_cpus_per_worker`). Past about 16 torch's intra-op threads stop paying off on
+    the small models jobs train on CPUs (per-op overhead and thread synchronisation dominate), while a
+    bigger reservation would keep other jobs off the node."""
     GPU_MEMORY_BYTES: int = Field(default=0, ge=0)
     """Memory of one GPU of the cluster, for the memory plan (0 = unknown: GPU jobs are not checked)."""
     WORKER_MEMORY_BYTES: int = Field(default=0, ge=0)

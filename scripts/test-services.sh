@@ -27,6 +27,22 @@ if ! pg_up; then
 fi
 pg_up && echo "postgres: up on 127.0.0.1:5432" || { echo "postgres: DOWN" >&2; exit 1; }
 
+# `make test` runs three pytest sessions at once, each with its API servers, Celery workers and
+# deployments holding pooled connections (about 70 at peak here): PostgreSQL's default of 100 is
+# too close. Raised where this script may (a local cluster it can restart); otherwise it says so.
+want_conns=300
+have_conns=$(psql -h 127.0.0.1 -U postgres -Atc "SHOW max_connections" 2>/dev/null || echo 0)
+if [ "${have_conns:-0}" -lt "$want_conns" ]; then
+  ver=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -1)
+  if [ -n "$ver" ] && command -v pg_ctlcluster >/dev/null \
+      && psql -h 127.0.0.1 -U postgres -qc "ALTER SYSTEM SET max_connections = $want_conns" 2>/dev/null; then
+    pg_ctlcluster --skip-systemctl-redirect "$ver" main restart 2>/dev/null || true
+    for _ in $(seq 60); do pg_up && break; sleep 0.5; done
+  fi
+  echo "postgres: max_connections $(psql -h 127.0.0.1 -U postgres -Atc 'SHOW max_connections' 2>/dev/null)" \
+       "(wanted $want_conns for parallel test sessions)"
+fi
+
 if ! redis_up; then
   command -v redis-server >/dev/null || apt_install Redis redis-server
   mkdir -p /tmp/keel-redis

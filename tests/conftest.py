@@ -13,10 +13,15 @@ from pathlib import Path
 
 import pytest
 
-_RUN = f"{os.getpid()}_{secrets.token_hex(3)}"
+# Once per process: a second import of this file (as a plain `conftest` module) must not pick a new
+# database and namespace under the tests' feet (a worker started afterwards would use them).
+_RUN = os.environ.get("KEEL_TEST_RUN", "")
+_AGAIN = _RUN.startswith(f"{os.getpid()}_")
+if not _AGAIN:
+    _RUN = os.environ["KEEL_TEST_RUN"] = f"{os.getpid()}_{secrets.token_hex(3)}"
 _PG_ADMIN = os.environ.get("KEEL_TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 TEST_DB = f"keel_test_{_RUN}"
-_HOME = Path(tempfile.mkdtemp(prefix=f"keel-test-{_RUN}-"))
+_HOME = Path(os.environ["KEEL_HOME"]) if _AGAIN else Path(tempfile.mkdtemp(prefix=f"keel-test-{_RUN}-"))
 
 os.environ.update({
     "KEEL_ENV": "test",
@@ -38,6 +43,10 @@ os.environ.update({
     # Python graders run (sandboxed) in the API and the session's Celery worker; tests of the refusal turn
     # it off in the API's process (tests/openai/test_openai_python_graders.py).
     "KEEL_ALLOW_PYTHON_GRADERS": "1",
+    # `cpus_per_worker: auto` resolves to 1, as before it existed: concurrent test jobs share the session's
+    # 2-CPU Ray instead of waiting for each other, with 1 torch thread each on the 2-core CI machine.
+    # tests/api/test_auto_cpus.py raises it.
+    "KEEL_AUTO_CPUS_PER_WORKER_MAX": "1",
     "MLFLOW_ALLOW_FILE_STORE": "true",
     "WANDB_MODE": "offline",
     "WANDB_SILENT": "true",
@@ -128,9 +137,15 @@ def auth(project_key) -> dict[str, str]:
 
 
 @pytest.fixture
-def other_auth(database) -> dict[str, str]:
+def other_project_key(database) -> tuple[str, str]:
+    """(project_id, api_key) of a second, unrelated project (tenancy tests)."""
+    return _new_project_key(f"other-{secrets.token_hex(4)}")
+
+
+@pytest.fixture
+def other_auth(other_project_key) -> dict[str, str]:
     """Headers of a second, unrelated project (tenancy tests)."""
-    return {"Authorization": f"Bearer {_new_project_key(f'other-{secrets.token_hex(4)}')[1]}"}
+    return {"Authorization": f"Bearer {other_project_key[1]}"}
 
 
 # --- a real local Ray and a real Celery worker (the workers' end-to-end tests) ---------------------

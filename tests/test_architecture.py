@@ -79,3 +79,16 @@ def test_engine_algos_imports_with_only_torch():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_no_test_module_imports_a_conftest():
+    """Importing a conftest by name runs it a second time: tests/conftest.py would pick a new database
+    and namespace for every process started afterwards (the session's Celery worker included)."""
+    offenders = []
+    for path in (ROOT / "tests").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n == "conftest" or n.endswith(".conftest") for n in names):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert offenders == []

@@ -261,12 +261,12 @@ def create_fine_tuning_job(raw: dict[str, Any], project: CurrentProject, caller:
         param = "method.keel_overrides" if keel_method["overrides"] else "method"
         raise ApiError(400, "invalid_request", f"{param}: {first['msg']} "
                        f"({'.'.join(str(p) for p in first['loc'])})", param=param) from None
-    spec = keel_jobs._resolve(db, project.id, keel_body)
+    nodes = fresh_nodes(db)
+    spec = keel_jobs._resolve(db, project.id, keel_body, nodes)
     spec["openai"] = {"method": public_method, "model": raw.get("model"), "training_file": source.id,
                       "validation_file": body.validation_file,
                       "integrations": [i.model_dump(exclude_none=True) for i in body.integrations or []] or None}
-    verdict = admission(job_demand(spec), fresh_nodes(db), max_cpus=settings.MAX_JOB_CPUS,
-                        max_gpus=settings.MAX_JOB_GPUS)
+    verdict = admission(job_demand(spec), nodes, max_cpus=settings.MAX_JOB_CPUS, max_gpus=settings.MAX_JOB_GPUS)
     if verdict.status == "refuse":
         raise ApiError(400, verdict.code, f"{verdict.param}: {verdict.message}.", param=verdict.param)
     waiting = verdict.status == "wait"

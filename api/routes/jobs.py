@@ -43,7 +43,7 @@ from api.schemas.jobs import (
 from api.schemas.memory_plan import MemoryPlan
 from core import checkpoints, events, fine_tuned_models
 from core import logging as logcontext
-from core.capacity import admission, fresh_nodes, job_demand
+from core.capacity import Node, admission, auto_cpus_per_worker, fresh_nodes, job_demand
 from core.config import settings
 from core.db import session_factory
 from core.integrations import check_tracking_uri
@@ -200,8 +200,9 @@ def _check_context(db: Session, body: JobCreate) -> None:
                        param=param)
 
 
-def _resolve(db: Session, project_id: str, body: JobCreate) -> dict[str, Any]:
-    """Check every reference in the request; returns the spec to store (normalised, defaults filled)."""
+def _resolve(db: Session, project_id: str, body: JobCreate, nodes: list[Node] | None) -> dict[str, Any]:
+    """Check every reference in the request; returns the spec to store (normalised, defaults filled,
+    `cpus_per_worker: auto` resolved against `nodes`, the fresh capacity admission reads too)."""
     method = body.method
     body.model = _model_ref(db, project_id, body.model, "model")
     _check_context(db, body)
@@ -225,7 +226,12 @@ def _resolve(db: Session, project_id: str, body: JobCreate) -> dict[str, Any]:
     if body.from_checkpoint is not None:
         _checkpoint(db, project_id, body.from_checkpoint, method.type)
     _check_integrations(body)
-    return body.model_dump(mode="json")
+    spec = body.model_dump(mode="json")
+    if body.resources.cpus_per_worker == "auto":  # stored as the number: admission, workers and engine read it
+        body.resources.cpus_per_worker = float(auto_cpus_per_worker(
+            spec, nodes, cap=settings.AUTO_CPUS_PER_WORKER_MAX, max_cpus=settings.MAX_JOB_CPUS))
+        spec["resources"]["cpus_per_worker"] = body.resources.cpus_per_worker
+    return spec
 
 
 def _check_integrations(body: JobCreate) -> None:
@@ -373,9 +379,9 @@ def create_job(body: JobCreate, project: CurrentProject, caller: CurrentCaller, 
     is a 422 `will_not_fit`; `dry_run=true` returns the plan instead."""
     if not dry_run and (replay := idem.replay(db, project.id)) is not None:
         return replay
-    spec = _resolve(db, project.id, body)
-    verdict = admission(job_demand(spec), fresh_nodes(db), max_cpus=settings.MAX_JOB_CPUS,
-                        max_gpus=settings.MAX_JOB_GPUS)
+    nodes = fresh_nodes(db)
+    spec = _resolve(db, project.id, body, nodes)
+    verdict = admission(job_demand(spec), nodes, max_cpus=settings.MAX_JOB_CPUS, max_gpus=settings.MAX_JOB_GPUS)
     if verdict.status == "refuse":
         raise ApiError(422, verdict.code, f"{verdict.param}: {verdict.message}.", param=verdict.param)
     plan = memory_plan.job_plan(db, spec)

@@ -74,6 +74,8 @@ def _lora_rank(value: int | str) -> int | str:
 
 LoraRank = Annotated[int | Literal["auto"], _one_error("must be an integer in [0, 1024] or 'auto'"),
                      AfterValidator(_lora_rank)]
+CpusPerWorker = Annotated[Annotated[float, Field(gt=0.0, le=1024.0)] | Literal["auto"],
+                          _one_error("must be a number in (0, 1024] or 'auto'")]
 ModuleName = Annotated[str, Field(min_length=1, max_length=200)]
 TargetModules = Annotated[ModuleName | Annotated[tuple[ModuleName, ...], LAX, Field(max_length=1024)],
                           _one_error("must be a module name, 'all-linear' or a list of up to 1024 names")]
@@ -594,7 +596,11 @@ class Resources(Strict):
     """Where a job runs: data-parallel workers and what each gets."""
 
     num_workers: Annotated[int, Field(gt=0, le=1024)] = 1
-    cpus_per_worker: Annotated[float, Field(gt=0.0, le=1024.0)] = 1.0
+    cpus_per_worker: CpusPerWorker = "auto"
+    """CPUs reserved for each worker; its torch threads follow them. `auto` is resolved when the job is
+    created and the job holds the number: for a CPU-only job the most whole CPUs per worker, up to the
+    deployment's `KEEL_AUTO_CPUS_PER_WORKER_MAX` (16), with which the job fits the whole cluster (and
+    `KEEL_MAX_JOB_CPUS`); 1 for a job with GPUs, or while no worker has published the cluster's capacity."""
     gpus_per_worker: Annotated[float, Field(ge=0.0, le=64.0)] = 0.0
     colocate: bool = True
     """PPO: put all roles on one set of resources (else one placement group bundle per role)."""
@@ -611,6 +617,13 @@ class Resources(Strict):
             raise errors_at("Resources", (("num_workers",), self.num_workers,
                                           "resources.executor 'local' runs one worker: num_workers must be 1"))
         return self
+
+
+class JobResources(Resources):
+    """`Resources` as a job holds them: `cpus_per_worker` is the number `auto` resolved to at creation."""
+
+    cpus_per_worker: Annotated[float, Field(gt=0.0, le=1024.0)] = 1.0
+    """CPUs reserved for each worker (its torch threads follow them)."""
 
 
 # -- VERL-style dotted overrides ----------------------------------------------------------------

@@ -11,6 +11,7 @@ from api.schemas.hyperparameters import (
     MAX_OVERRIDES,
     DPOConfig,
     EvalConfig,
+    JobResources,
     PPOConfig,
     Resources,
     RewardModelConfig,
@@ -277,7 +278,7 @@ class JobPublic(BaseModel):
     validation_file: str | None
     seed: int
     suffix: str | None
-    resources: Resources
+    resources: JobResources
     from_checkpoint: str | None
     created_at: int
     """Unix seconds."""

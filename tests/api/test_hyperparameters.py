@@ -42,7 +42,12 @@ def test_schemas_mirror_the_engine_dataclasses(method):
 
 def test_resources_mirror_the_engine():
     assert _shape(H.Resources) == _shape(E.Resources)
-    assert H.Resources().model_dump() == E.config_to_dict(E.Resources())
+    # Same defaults but `cpus_per_worker`: `auto` in a request, which the API resolves to a number at
+    # creation (tests/api/test_auto_cpus.py); the engine never sees `auto`.
+    api, engine = H.Resources().model_dump(), E.config_to_dict(E.Resources())
+    assert (api.pop("cpus_per_worker"), engine.pop("cpus_per_worker")) == ("auto", 1.0)
+    assert api == engine
+    assert H.JobResources().model_dump() == E.config_to_dict(E.Resources())  # what a job holds
 
 
 def test_local_executor_runs_one_worker():

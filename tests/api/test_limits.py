@@ -4,6 +4,8 @@ JSON body over the limit is a 413 before the server reads it."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import os
 import socket
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 from sqlalchemy import func, select
 
 from api import ratelimit
@@ -89,6 +92,152 @@ def test_the_event_loop_check_shares_the_budget_and_never_waits_on_a_silent_redi
     answers, took = asyncio.run(silent())
     assert answers == [True, True, False, False]
     assert took < ratelimit.REDIS_TIMEOUT_S + 1.0  # one timed-out try, then local
+
+
+# --- token leases (acheck) -----------------------------------------------------------------------
+
+def _counted(prefix: str) -> int:
+    """Requests Redis counted under `prefix` (one window: the current counter only)."""
+    r = redis.Redis.from_url(settings.REDIS_URL)
+    return sum(int(r.get(key) or 0) for key in r.scan_iter(f"{prefix}:*"))
+
+
+def test_a_busy_key_takes_its_budget_in_leases_instead_of_a_round_trip_per_request():
+    prefix = _prefix()
+    limiter = ratelimit.RateLimiter(settings.REDIS_URL, prefix=prefix)
+
+    async def one_by_one():
+        return [await limiter.acheck("key-l", 100_000) for _ in range(1000)]
+
+    budgets = asyncio.run(one_by_one())
+    assert all(b.allowed for b in budgets)
+    assert limiter.redis_calls <= 100, limiter.redis_calls  # up to MAX_LEASE a trip once the key is busy
+    # Redis counted every admitted request, plus the unspent rest of the last lease.
+    assert 1000 <= _counted(prefix) <= 1000 + ratelimit.MAX_LEASE - 1
+    calls, counted = limiter.redis_calls, _counted(prefix)
+
+    async def concurrently():  # 32 clients: the ones that find no tokens wait for the one lease in flight
+        async def client():
+            out = []
+            for _ in range(40):
+                out.append(await limiter.acheck("key-l", 100_000))
+                await asyncio.sleep(0)
+            return out
+        return [b for batch in await asyncio.gather(*(client() for _ in range(32))) for b in batch]
+
+    budgets = asyncio.run(concurrently())
+    assert len(budgets) == 1280 and all(b.allowed for b in budgets)
+    assert limiter.redis_calls - calls <= 1280 // 8, limiter.redis_calls - calls
+    assert 1280 <= _counted(prefix) - counted <= 1280 + ratelimit.MAX_LEASE - 1
+
+
+def test_leasing_processes_together_never_admit_more_than_the_limit():
+    """Two limiters (two API processes) lease from one key's budget at once: together they admit at
+    most the limit, and lose at most one lease's rest each (n - 1 <= 1% of the limit)."""
+    prefix, limit = _prefix(), 1000
+    a, b = (ratelimit.RateLimiter(settings.REDIS_URL, prefix=prefix) for _ in range(2))
+
+    async def both():
+        async def client(limiter):
+            out = []
+            for _ in range(100):
+                out.append(await limiter.acheck("key-2", limit))
+                await asyncio.sleep(0)
+            return out
+        return await asyncio.gather(*(client(a if i % 2 else b) for i in range(16)))
+
+    budgets = [budget for batch in asyncio.run(both()) for budget in batch]
+    admitted = sum(budget.allowed for budget in budgets)
+    assert limit - 2 * (limit // 100 - 1) <= admitted <= limit, admitted
+    assert _counted(prefix) <= limit
+    # Both leased: each would make 800 round trips without leases (the 600 refusals take one each).
+    assert a.redis_calls < 400 and b.redis_calls < 400 and a.redis_calls + b.redis_calls < 850, \
+        (a.redis_calls, b.redis_calls)
+    # A refused key holds no tokens: every further request asks Redis, and is refused.
+    calls = a.redis_calls
+
+    async def more():
+        return [await a.acheck("key-2", limit) for _ in range(5)]
+
+    assert [budget.allowed for budget in asyncio.run(more())] == [False] * 5
+    assert a.redis_calls == calls + 5
+
+
+def test_a_small_limit_or_sparse_traffic_asks_redis_for_every_request():
+    """Exactly the results without leases: a limit under 200 a window, or a key quieter than a few
+    requests per lease period, takes one request per round trip."""
+    limiter = ratelimit.RateLimiter(settings.REDIS_URL, prefix=_prefix())
+
+    async def small():
+        return [await limiter.acheck("key-5", 5) for _ in range(7)]
+
+    budgets = asyncio.run(small())
+    assert [b.allowed for b in budgets] == [True] * 5 + [False] * 2
+    assert [b.remaining for b in budgets] == [4, 3, 2, 1, 0, 0, 0]
+    assert budgets[-1].headers()["Retry-After"] and limiter.redis_calls == 7
+    sparse = ratelimit.RateLimiter(settings.REDIS_URL, prefix=_prefix(), lease_s=0.05)
+
+    async def quiet():
+        out = []
+        for _ in range(5):
+            out.append(await sparse.acheck("key-q", 100_000))
+            await asyncio.sleep(0.12)
+        return out
+
+    assert [b.remaining for b in asyncio.run(quiet())] == [99_999, 99_998, 99_997, 99_996, 99_995]
+    assert sparse.redis_calls == 5
+
+
+def test_remaining_counts_down_with_leases_as_without(client, auth, monkeypatch):
+    """One process alone: the exact sequence a round trip per request gives (the tokens it holds are
+    added back to what Redis reports); beside another process: never going up."""
+    limit = 20_000
+    limiter = ratelimit.RateLimiter(settings.REDIS_URL, prefix=_prefix())
+    monkeypatch.setattr(settings, "RATE_LIMIT_PER_MINUTE", limit)
+    monkeypatch.setattr(ratelimit, "rate_limiter", limiter)
+    seen = []
+    for _ in range(150):
+        r = client.get("/v1/models", headers=auth)
+        assert r.status_code == 200 and 0 <= int(r.headers["X-RateLimit-Reset"]) <= 60
+        seen.append(int(r.headers["X-RateLimit-Remaining"]))
+    assert seen == list(range(limit - 1, limit - 151, -1))
+    assert limiter.redis_calls < 75, limiter.redis_calls
+    prefix = _prefix()
+    a, b = (ratelimit.RateLimiter(settings.REDIS_URL, prefix=prefix) for _ in range(2))
+
+    async def interleaved():
+        out = []
+        for i in range(900):
+            budget = await (b if i % 3 == 0 else a).acheck("key-m", 3200)
+            if i % 3:
+                out.append(budget.remaining)
+        return out
+
+    remaining = asyncio.run(interleaved())
+    assert all(x >= y for x, y in itertools.pairwise(remaining)), remaining
+    assert remaining[-1] < 3200 - 600 and a.redis_calls < 300
+
+
+def test_leased_tokens_expire_after_the_lease_period():
+    prefix = _prefix()
+    limiter = ratelimit.RateLimiter(settings.REDIS_URL, prefix=prefix, lease_s=0.2)
+
+    async def run():
+        admitted = 0
+        while _counted(prefix) - admitted < 2:  # until this process holds at least 2 leased tokens
+            assert (await limiter.acheck("key-e", 100_000)).allowed
+            admitted += 1
+            assert admitted < 500
+        calls = limiter.redis_calls
+        await limiter.acheck("key-e", 100_000)  # fresh: served here
+        assert limiter.redis_calls == calls
+        await asyncio.sleep(0.3)
+        counted = _counted(prefix)
+        budget = await limiter.acheck("key-e", 100_000)  # expired: Redis again; what was left stays counted
+        assert limiter.redis_calls == calls + 1
+        assert budget.allowed and budget.remaining == 100_000 - counted - 1
+
+    asyncio.run(run())
 
 
 def _free_port() -> int:

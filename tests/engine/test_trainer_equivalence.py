@@ -79,7 +79,10 @@ def _compare_weights(session: TrainingSession, job_output: str, tmp) -> None:
     mine, theirs = _trained(path), _trained(job_output)
     assert mine.keys() == theirs.keys()
     worst = max(float((mine[k] - theirs[k]).abs().max()) for k in mine)
-    assert worst < 1e-5, worst
+    # One AdamW step at lr 1e-3 moves a weight by about 1e-3: a missed or doubled step is far above
+    # this. Below it is float rounding (summation order, a reference log-prob taken from the pair cache
+    # at another thread count), which Adam's normalisation lifts from ~1e-7 to ~1e-5.
+    assert worst < 5e-5, worst
     moved = max(float((theirs[k] - base).abs().max()) for k, base in _trained(session.spec.model_path).items()
                 if k in theirs)
     assert moved > 1e-3  # the comparison is not between two untrained models

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -23,9 +22,3 @@ def demo_assets(database) -> dict[str, str]:
 def oai(live_server, project_key):
     """`OpenAI(base_url=<keel>/v1, api_key=<project key>)`: the one-line change of docs/openai.md."""
     return openai.OpenAI(base_url=f"{live_server}/v1", api_key=project_key[1], max_retries=0, timeout=60)
-
-
-def jsonl(tmp_path: Path, name: str, rows: list[dict]) -> Path:
-    path = tmp_path / name
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path

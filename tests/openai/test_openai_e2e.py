@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import jsonl
+from openai_support import jsonl
 from sqlalchemy import select
 
 from core.config import settings

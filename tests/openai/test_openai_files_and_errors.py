@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import openai
 import pytest
-from conftest import jsonl
+from openai_support import jsonl
 
 CHAT = [{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 3?"},
                       {"role": "assistant", "content": "5", "weight": 0}, {"role": "user", "content": "And 4 + 4?"},

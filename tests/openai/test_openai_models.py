@@ -10,7 +10,7 @@ from pathlib import Path
 
 import openai
 import pytest
-from conftest import jsonl
+from openai_support import jsonl
 
 from core import fine_tuned_models
 from core.db import session_scope
@@ -88,10 +88,8 @@ def test_unknown_fine_tuned_names_are_404_naming_model(oai, project_key, tmp_pat
         oai.models.retrieve(wrong)
 
 
-def test_another_projects_fine_tuned_model_is_unknown(oai, demo_assets, tmp_path):
-    from tests.conftest import _new_project_key
-
-    other_project, _ = _new_project_key(f"other-{new_id('x')[-6:]}")
+def test_another_projects_fine_tuned_model_is_unknown(oai, demo_assets, tmp_path, other_project_key):
+    other_project = other_project_key[0]
     other_job, _, _ = _finished_fine_tune(other_project, demo_assets["model"], "x")
     with session_scope() as db:
         name = fine_tuned_models.openai_name(db, db.get(Job, other_job))

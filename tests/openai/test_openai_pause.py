@@ -10,7 +10,7 @@ import time
 import openai
 import pyarrow.parquet as pq
 import pytest
-from conftest import jsonl
+from openai_support import jsonl
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,9 @@ def test_pause_resume_and_cancel_through_the_client(oai, tmp_path, demo_assets, 
     chat = [{"messages": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["response"]}]}
             for r in rows]
     train = oai.files.create(file=jsonl(tmp_path, "train.jsonl", chat).open("rb"), purpose="fine-tune")
-    method = {"type": "supervised", "supervised": {"hyperparameters": {"n_epochs": 1, "batch_size": 4}}}
+    # 256 steps: long enough that the pause lands mid-run on a fast quiet machine (32 steps once
+    # finished before the pause reached the worker).
+    method = {"type": "supervised", "supervised": {"hyperparameters": {"n_epochs": 8, "batch_size": 4}}}
     job = oai.fine_tuning.jobs.create(model=demo_assets["model"], training_file=train.id, method=method)
     second = oai.fine_tuning.jobs.create(model=demo_assets["model"], training_file=train.id, method=method)
 
@@ -59,7 +61,7 @@ def test_pause_resume_and_cancel_through_the_client(oai, tmp_path, demo_assets, 
         oai.fine_tuning.jobs.resume(job.id)
     assert err.value.code == "job_not_paused"
 
-    events = oai.fine_tuning.jobs.list_events(job.id, limit=100).data
+    events = list(oai.fine_tuning.jobs.list_events(job.id, limit=100))  # every page
     metrics = [e.data for e in reversed(events) if e.type == "metrics"]
     total = metrics[-1]["total_steps"]
     assert total > step and [m["step"] for m in metrics] == list(range(1, total + 1))  # each once, across the pause

@@ -10,7 +10,7 @@ import time
 
 import openai
 import pytest
-from conftest import jsonl
+from openai_support import jsonl
 
 from core.config import settings
 from core.models import File, Job

@@ -11,7 +11,7 @@ from pathlib import Path
 import openai
 import pytest
 import torch
-from conftest import jsonl
+from openai_support import jsonl
 
 from core.config import settings
 from core.models import Model

@@ -9,6 +9,8 @@ from __future__ import annotations
 import io
 import json
 import statistics
+import subprocess
+import sys
 import time
 
 import pyarrow.parquet as pq
@@ -251,7 +253,6 @@ def test_idle_release_then_restore_continues(service, demo_assets, celery_worker
 def test_a_lost_actor_is_restored_from_the_last_save(service, demo_assets, celery_worker, ray_cluster):
     """The actor dies (killed here): the next call starts a new one from the last `save_state`; the steps
     after it are lost, and a `trainer.warning` says so."""
-    import ray
 
     ids = list(range(3, 12))
     data = [types.Datum(model_input=ids[:-1], loss_fn_inputs={"target_tokens": ids[1:], "weights": [1.0] * 8})]
@@ -263,11 +264,11 @@ def test_a_lost_actor_is_restored_from_the_last_save(service, demo_assets, celer
     assert trainer.save_state("one").result().step == 1
     trainer.forward_backward(data)
     assert trainer.optim_step(adam).result().step == 2  # not saved: lost with the actor
-    ray.init(address=ray_cluster, namespace="keel", log_to_driver=False)
-    try:
-        ray.kill(ray.get_actor(f"keel-trainer-{trainer.trainer_id}", namespace="keel"), no_restart=True)
-    finally:
-        ray.shutdown()
+    # From a driver of its own: this process may already be connected to another Ray (the engine tests').
+    kill = ("import sys, ray; ray.init(address=sys.argv[1], namespace='keel', log_to_driver=False); "
+            "ray.kill(ray.get_actor(sys.argv[2], namespace='keel'), no_restart=True)")
+    subprocess.run([sys.executable, "-c", kill, ray_cluster, f"keel-trainer-{trainer.trainer_id}"],
+                   check=True, timeout=120)
     assert trainer.forward(data).result().metrics["loss:sum"] == pytest.approx(saved_loss, abs=1e-6)
     info = trainer.get_info()
     assert (info["status"], info["step"], info["last_saved_step"]) == ("active", 1, 1)

@@ -101,6 +101,9 @@ from .job_public_latest_metrics import JobPublicLatestMetrics
 from .job_public_metadata import JobPublicMetadata
 from .job_public_queue_reason_type_0 import JobPublicQueueReasonType0
 from .job_public_status import JobPublicStatus
+from .job_resources import JobResources
+from .job_resources_executor import JobResourcesExecutor
+from .job_resources_placement import JobResourcesPlacement
 from .jobs_public import JobsPublic
 from .kl_control_config import KLControlConfig
 from .kl_control_config_type import KLControlConfigType
@@ -138,6 +141,7 @@ from .ppo_trainer_config import PPOTrainerConfig
 from .problem import Problem
 from .problem_errors_type_0_item import ProblemErrorsType0Item
 from .resources import Resources
+from .resources_cpus_per_worker_type_1 import ResourcesCpusPerWorkerType1
 from .resources_executor import ResourcesExecutor
 from .resources_placement import ResourcesPlacement
 from .reward_filter_config import RewardFilterConfig
@@ -306,6 +310,9 @@ __all__ = (
     "JobPublicMetadata",
     "JobPublicQueueReasonType0",
     "JobPublicStatus",
+    "JobResources",
+    "JobResourcesExecutor",
+    "JobResourcesPlacement",
     "JobsPublic",
     "KLControlConfig",
     "KLControlConfigType",
@@ -343,6 +350,7 @@ __all__ = (
     "Problem",
     "ProblemErrorsType0Item",
     "Resources",
+    "ResourcesCpusPerWorkerType1",
     "ResourcesExecutor",
     "ResourcesPlacement",
     "RewardFilterConfig",

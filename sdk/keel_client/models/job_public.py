@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from ..models.job_progress import JobProgress
     from ..models.job_public_latest_metrics import JobPublicLatestMetrics
     from ..models.job_public_metadata import JobPublicMetadata
+    from ..models.job_resources import JobResources
     from ..models.ppo_method import PPOMethod
-    from ..models.resources import Resources
     from ..models.reward_model_method import RewardModelMethod
     from ..models.rm_distill_method import RMDistillMethod
     from ..models.sft_method import SFTMethod
@@ -47,7 +47,8 @@ class JobPublic:
         output_model (None | str):
         progress (JobProgress):
         queue_position (int | None):
-        resources (Resources): Where a job runs: data-parallel workers and what each gets.
+        resources (JobResources): `Resources` as a job holds them: `cpus_per_worker` is the number `auto` resolved to at
+            creation.
         seed (int):
         started_at (int | None):
         status (JobPublicStatus):
@@ -75,7 +76,7 @@ class JobPublic:
     output_model: None | str
     progress: JobProgress
     queue_position: int | None
-    resources: Resources
+    resources: JobResources
     seed: int
     started_at: int | None
     status: JobPublicStatus
@@ -250,8 +251,8 @@ class JobPublic:
         from ..models.job_progress import JobProgress  # noqa: PLC0415
         from ..models.job_public_latest_metrics import JobPublicLatestMetrics  # noqa: PLC0415
         from ..models.job_public_metadata import JobPublicMetadata  # noqa: PLC0415
+        from ..models.job_resources import JobResources  # noqa: PLC0415
         from ..models.ppo_method import PPOMethod  # noqa: PLC0415
-        from ..models.resources import Resources  # noqa: PLC0415
         from ..models.reward_model_method import RewardModelMethod  # noqa: PLC0415
         from ..models.rm_distill_method import RMDistillMethod  # noqa: PLC0415
         from ..models.sft_method import SFTMethod  # noqa: PLC0415
@@ -366,7 +367,7 @@ class JobPublic:
 
         queue_position = _parse_queue_position(d.pop("queue_position"))
 
-        resources = Resources.from_dict(d.pop("resources"))
+        resources = JobResources.from_dict(d.pop("resources"))
 
         seed = d.pop("seed")
 

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from attrs import define as _attrs_define
 
+from ..models.resources_cpus_per_worker_type_1 import ResourcesCpusPerWorkerType1
 from ..models.resources_executor import ResourcesExecutor
 from ..models.resources_placement import ResourcesPlacement
 from ..types import UNSET, Unset
@@ -19,7 +20,12 @@ class Resources:
     Attributes:
         colocate (bool | Unset): PPO: put all roles on one set of resources (else one placement group bundle per role).
             Default: True.
-        cpus_per_worker (float | Unset):  Default: 1.0.
+        cpus_per_worker (float | ResourcesCpusPerWorkerType1 | Unset): CPUs reserved for each worker; its torch threads
+            follow them. `auto` is resolved when the job is
+            created and the job holds the number: for a CPU-only job the most whole CPUs per worker, up to the
+            deployment's `KEEL_AUTO_CPUS_PER_WORKER_MAX` (16), with which the job fits the whole cluster (and
+            `KEEL_MAX_JOB_CPUS`); 1 for a job with GPUs, or while no worker has published the cluster's capacity. Default:
+            ResourcesCpusPerWorkerType1.AUTO.
         executor (ResourcesExecutor | Unset): `ray`: workers are Ray actors (the controller, PPO's roles, data-parallel
             replicas). `local`:
             the job runs in the worker's own process on its one device, without Ray (one worker only). Default:
@@ -33,7 +39,7 @@ class Resources:
     """
 
     colocate: bool | Unset = True
-    cpus_per_worker: float | Unset = 1.0
+    cpus_per_worker: float | ResourcesCpusPerWorkerType1 | Unset = ResourcesCpusPerWorkerType1.AUTO
     executor: ResourcesExecutor | Unset = ResourcesExecutor.RAY
     gpus_per_worker: float | Unset = 0.0
     num_workers: int | Unset = 1
@@ -42,7 +48,13 @@ class Resources:
     def to_dict(self) -> dict[str, Any]:
         colocate = self.colocate
 
-        cpus_per_worker = self.cpus_per_worker
+        cpus_per_worker: float | str | Unset
+        if isinstance(self.cpus_per_worker, Unset):
+            cpus_per_worker = UNSET
+        elif isinstance(self.cpus_per_worker, ResourcesCpusPerWorkerType1):
+            cpus_per_worker = self.cpus_per_worker.value
+        else:
+            cpus_per_worker = self.cpus_per_worker
 
         executor: str | Unset = UNSET
         if not isinstance(self.executor, Unset):
@@ -79,7 +91,20 @@ class Resources:
         d = dict(src_dict)
         colocate = d.pop("colocate", UNSET)
 
-        cpus_per_worker = d.pop("cpus_per_worker", UNSET)
+        def _parse_cpus_per_worker(data: object) -> float | ResourcesCpusPerWorkerType1 | Unset:
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, str):
+                    raise TypeError()
+                cpus_per_worker_type_1 = ResourcesCpusPerWorkerType1(data)
+
+                return cpus_per_worker_type_1
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(float | ResourcesCpusPerWorkerType1 | Unset, data)
+
+        cpus_per_worker = _parse_cpus_per_worker(d.pop("cpus_per_worker", UNSET))
 
         _executor = d.pop("executor", UNSET)
         executor: ResourcesExecutor | Unset
