@@ -62,6 +62,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import metrics
+from api.errors import ApiError
 from core.config import settings
 
 log = logging.getLogger(__name__)
@@ -452,3 +453,17 @@ class RateLimitHeaders:
 
 rate_limiter = RateLimiter(settings.REDIS_URL or None)
 stream_slots = StreamSlots(settings.REDIS_URL or None)
+
+
+async def event_stream(key_id: str, content: AsyncIterator[bytes]) -> LeasedStream:
+    """`content` as a server-sent-events response holding one of the key's stream slots; a 429
+    `too_many_streams` when it holds the deployment's `KEEL_MAX_STREAMS_PER_KEY` already. Call it after
+    every check that could still refuse the request (a slot taken here is given back by the response)."""
+    cap = settings.MAX_STREAMS_PER_KEY
+    lease = await anyio.to_thread.run_sync(stream_slots.acquire, key_id, cap)
+    if lease is None:
+        raise ApiError(429, "too_many_streams", f"This API key already has {cap} event streams open "
+                       "(the deployment's KEEL_MAX_STREAMS_PER_KEY); close one first.", headers={"Retry-After": "5"})
+    return LeasedStream(content, media_type="text/event-stream",
+                        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                        slots=stream_slots, lease=lease)

@@ -31,7 +31,6 @@ Threads: --threads N gives the job N CPUs per worker (the engine sets torch's th
 from __future__ import annotations
 
 import argparse
-import itertools
 import tempfile
 import time
 
@@ -44,7 +43,7 @@ from bench.common import (
     preference_inputs,
     set_threads,
 )
-from bench.reward_model import CPUClockReporter
+from bench.reward_model import CPUClockReporter, pair_throughput
 
 TIMING_NOTE = ("sum of timing_s/step over steps 2..N; excludes loading, the reference pass (reference_s), "
                "tokenization, step 1, validation, save")
@@ -69,26 +68,8 @@ def build_request(model: str, data: str, val_data: str | None, work: str, *, bat
 
 
 def summarise(reporter: CPUClockReporter, batch_size: int) -> dict:
-    """Throughput over steps 2..N, and the reference pass, from the reporter's events."""
-    events = reporter.of("metrics")
-    timed = [e["values"] for e in events if e["step"] >= 2] or [e["values"] for e in events]
-    seconds = sum(v["timing_s/step"] for v in timed)
-    real = sum(v["perf/tokens_per_s"] * v["timing_s/step"] for v in timed)
-    computed = sum(v["perf/tokens_per_s"] * v["timing_s/step"] / max(v["perf/padding_efficiency"], 1e-9)
-                   for v in timed)
-    spans = [(b["cpu"] - a["cpu"], b["values"]) for a, b in itertools.pairwise(events)
-             if 2 <= b["step"] < events[-1]["step"]]
-    cpu = sum(c for c, _ in spans)
-    cpu_tokens = sum(v["perf/tokens_per_s"] * v["timing_s/step"] for _, v in spans)
-    last = events[-1]["values"]
-    return {"timed_steps": len(timed), "timed_s": round(seconds, 3),
-            "pairs_per_s": round(batch_size * len(timed) / seconds, 2),
-            "tokens_per_s": round(real / seconds, 1),
-            "padding_efficiency": round(real / computed, 4) if computed else 1.0,
-            "pairs_per_cpu_s": round(batch_size * len(spans) / cpu, 2) if cpu else None,
-            "tokens_per_cpu_s": round(cpu_tokens / cpu, 1) if cpu else None,
-            "final_loss": round(last["train/loss"], 4),
-            "val_accuracy": round(last["val/rewards/accuracies"], 4) if "val/rewards/accuracies" in last else None}
+    """`pair_throughput` of a DPO run (steps 2..N; the reference pass is `reference_seconds`)."""
+    return pair_throughput(reporter, batch_size, loss_key="train/loss", accuracy_key="val/rewards/accuracies")
 
 
 def reference_seconds(reporter: CPUClockReporter) -> tuple[float | None, int | None]:

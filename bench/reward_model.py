@@ -82,8 +82,11 @@ class CPUClockReporter(RecordingReporter):
         super()._add(kind, cpu=time.process_time(), **data)
 
 
-def summarise(reporter, batch_size: int, threads: int) -> dict:
-    """Throughput over steps 2..N from the reporter's per-step metrics."""
+def pair_throughput(reporter, batch_size: int, *, loss_key: str, accuracy_key: str,
+                    threads: int | None = None) -> dict:
+    """Throughput over steps 2..N from a pairwise job's per-step metrics (reward model, DPO). CPU
+    time per token is per core (`tokens_per_core_s`, over `threads`) when `threads` is given, else
+    per CPU-second of the process (`tokens_per_cpu_s`)."""
     events = reporter.of("metrics")
     timed = [e["values"] for e in events if e["step"] >= 2] or [e["values"] for e in events]
     seconds = sum(v["timing_s/step"] for v in timed)
@@ -95,15 +98,22 @@ def summarise(reporter, batch_size: int, threads: int) -> dict:
              if 2 <= b["step"] < events[-1]["step"]]
     cpu = sum(c for c, _ in spans)
     cpu_tokens = sum(v["perf/tokens_per_s"] * v["timing_s/step"] for _, v in spans)
+    per_cpu = ("tokens_per_cpu_s", round(cpu_tokens / cpu, 1) if cpu else None) if threads is None else \
+        ("tokens_per_core_s", round(cpu_tokens / (cpu / threads), 1) if cpu else None)
     last = events[-1]["values"]
     return {"timed_steps": len(timed), "timed_s": round(seconds, 3),
             "pairs_per_s": round(batch_size * len(timed) / seconds, 2),
             "tokens_per_s": round(real / seconds, 1),
             "padding_efficiency": round(real / computed, 4) if computed else 1.0,
             "pairs_per_cpu_s": round(batch_size * len(spans) / cpu, 2) if cpu else None,
-            "tokens_per_core_s": round(cpu_tokens / (cpu / threads), 1) if cpu else None,
-            "final_loss": round(last["rm/loss"], 4),
-            "val_accuracy": round(last["val/rm/accuracy"], 4) if "val/rm/accuracy" in last else None}
+            per_cpu[0]: per_cpu[1],
+            "final_loss": round(last[loss_key], 4),
+            "val_accuracy": round(last[accuracy_key], 4) if accuracy_key in last else None}
+
+
+def summarise(reporter, batch_size: int, threads: int) -> dict:
+    """`pair_throughput` of a reward-model run."""
+    return pair_throughput(reporter, batch_size, loss_key="rm/loss", accuracy_key="val/rm/accuracy", threads=threads)
 
 
 def run_once(model: str, data: str, val_data: str | None, args: argparse.Namespace, threads: int, *,

@@ -173,6 +173,11 @@ def run_ppo(args) -> dict:
         start = time.perf_counter()
         trainer.train()
         wall = time.perf_counter() - start
+    return _generation_figures(clock, generated, gen_time, wall)
+
+
+def _generation_figures(clock, generated: list[int], gen_time: list[float], wall: float) -> dict:
+    """Generated tokens per second (wall and CPU) over the steps after the first, as PPO and GRPO report them."""
     gaps, cpu_gaps = _gaps(clock.wall), _gaps(clock.cpu)
     tokens = sum(generated[1:len(gaps) + 1])
     return {"tokens_per_s": round(tokens / sum(gaps), 2), "tokens_per_cpu_s": round(tokens / sum(cpu_gaps), 2),
@@ -255,13 +260,8 @@ def run_grpo(args) -> dict:
         start = time.perf_counter()
         trainer.train()
         wall = time.perf_counter() - start
-    gaps, cpu_gaps = _gaps(clock.wall), _gaps(clock.cpu)
-    tokens = sum(generated[1:len(gaps) + 1])
-    return {"tokens_per_s": round(tokens / sum(gaps), 2), "tokens_per_cpu_s": round(tokens / sum(cpu_gaps), 2),
-            "timed_steps": len(gaps), "timed_s": round(sum(gaps), 3), "cpu_s": round(sum(cpu_gaps), 3),
-            "generated_tokens": tokens, "prompt_ids_match": same_prompts,
-            "timing_s/gen": round(sum(gen_time[1:]) / max(len(gen_time) - 1, 1), 3),
-            "timing_s/step": round(sum(gaps) / len(gaps), 3), "wall_s": round(wall, 2)}
+    return {**_generation_figures(clock, generated, gen_time, wall), "cpu_s": round(sum(_gaps(clock.cpu)), 3),
+            "prompt_ids_match": same_prompts}
 
 
 # --- DPO ----------------------------------------------------------------------------------------

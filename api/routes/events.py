@@ -7,7 +7,6 @@ import math
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from anyio import to_thread
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
@@ -20,7 +19,6 @@ from api.errors import ApiError, not_found, problem_responses
 from api.routes.jobs import OwnedJob
 from api.schemas.jobs import JobEventsPublic, JobMetricsPublic
 from core import logging as logcontext
-from core.config import settings
 from core.db import session_factory
 from core.events import event_payload, read_events
 from core.models import Job, JobEvent
@@ -160,11 +158,4 @@ async def stream_job_events(request: Request, job_id: Annotated[str, Depends(str
     """The job's events replayed after the cursor, then live; ends after `job.done`. One API key holds
     at most the deployment's `KEEL_MAX_STREAMS_PER_KEY` streams at once (a 429 `too_many_streams` beyond)."""
     # The slot is taken here, after every check that could still refuse the request (nothing to give back).
-    cap = settings.MAX_STREAMS_PER_KEY
-    lease = await to_thread.run_sync(ratelimit.stream_slots.acquire, request.state.caller.key_id, cap)
-    if lease is None:
-        raise ApiError(429, "too_many_streams", f"This API key already has {cap} event streams open "
-                       "(the deployment's KEEL_MAX_STREAMS_PER_KEY); close one first.", headers={"Retry-After": "5"})
-    return ratelimit.LeasedStream(_sse(job_id, after), media_type="text/event-stream",
-                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-                                  slots=ratelimit.stream_slots, lease=lease)
+    return await ratelimit.event_stream(request.state.caller.key_id, _sse(job_id, after))

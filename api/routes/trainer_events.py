@@ -21,14 +21,13 @@ from sqlalchemy import select
 
 from api import ratelimit, streams
 from api.deps import SessionDep, bearer, check_project
-from api.errors import ApiError, not_found, problem_responses
+from api.errors import not_found, problem_responses
 from api.pagination import AfterQuery, LimitQuery, page_of, paginate
 from api.routes.events import KEEPALIVE, SeqQuery, resume_after
 from api.routes.trainers import OwnedTrainer, operation_public
 from api.schemas.trainers import TrainerEventsPublic, TrainerOperationPublic, TrainerOperationsPublic
 from core import logging as logcontext
 from core import trainers
-from core.config import settings
 from core.db import session_factory
 from core.models import Trainer, TrainerOperation
 
@@ -153,11 +152,4 @@ async def stream_trainer_events(request: Request, trainer_id: AuthorizedTrainer,
                                 after: Annotated[int, Depends(resume_after)]) -> StreamingResponse:
     """The trainer's events replayed after the cursor (`Last-Event-ID` or `after`), then live; ends when the
     trainer is deleted. Counts against the key's `KEEL_MAX_STREAMS_PER_KEY` like job streams."""
-    cap = settings.MAX_STREAMS_PER_KEY
-    lease = await to_thread.run_sync(ratelimit.stream_slots.acquire, request.state.caller.key_id, cap)
-    if lease is None:
-        raise ApiError(429, "too_many_streams", f"This API key already has {cap} event streams open "
-                       "(the deployment's KEEL_MAX_STREAMS_PER_KEY); close one first.", headers={"Retry-After": "5"})
-    return ratelimit.LeasedStream(_follow(trainer_id, after), media_type="text/event-stream",
-                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-                                  slots=ratelimit.stream_slots, lease=lease)
+    return await ratelimit.event_stream(request.state.caller.key_id, _follow(trainer_id, after))
