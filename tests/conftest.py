@@ -148,6 +148,17 @@ def other_auth(other_project_key) -> dict[str, str]:
     return {"Authorization": f"Bearer {other_project_key[1]}"}
 
 
+@pytest.fixture
+def dispatched(monkeypatch) -> list[str]:
+    """No broker for the API's enqueues in this process: the job ids it sent (tests that need the other
+    `workers.dispatch` calls define their own)."""
+    from workers import dispatch
+
+    calls: list[str] = []
+    monkeypatch.setattr(dispatch, "enqueue_job", lambda job_id: calls.append(job_id) or True)
+    return calls
+
+
 # --- a real local Ray and a real Celery worker (the workers' end-to-end tests) ---------------------
 
 _ROOT = Path(__file__).resolve().parent.parent

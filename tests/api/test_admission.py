@@ -16,15 +16,6 @@ from core.models import ClusterNode, File, Job
 
 
 @pytest.fixture
-def dispatched(monkeypatch) -> list[str]:
-    from workers import dispatch
-
-    calls: list[str] = []
-    monkeypatch.setattr(dispatch, "enqueue_job", lambda job_id: calls.append(job_id) or True)
-    return calls
-
-
-@pytest.fixture
 def busy_cluster(db):
     """A published node of 8 CPUs, all taken, beside whatever else the session's workers published."""
     source = f"test:{secrets.token_hex(4)}"

@@ -19,15 +19,6 @@ NODE_CPUS = 12
 
 
 @pytest.fixture
-def dispatched(monkeypatch) -> list[str]:
-    from workers import dispatch
-
-    calls: list[str] = []
-    monkeypatch.setattr(dispatch, "enqueue_job", lambda job_id: calls.append(job_id) or True)
-    return calls
-
-
-@pytest.fixture
 def idle_node(db):
     """A published idle node of NODE_CPUS CPUs and 2 GPUs, beside whatever the session's workers published."""
     source = f"test:{secrets.token_hex(4)}"

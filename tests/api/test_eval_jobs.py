@@ -33,15 +33,6 @@ def make_model(db, project_id: str, kind: str) -> str:
 
 
 @pytest.fixture
-def dispatched(monkeypatch):
-    from workers import dispatch
-
-    calls: list[str] = []
-    monkeypatch.setattr(dispatch, "enqueue_job", lambda job_id: calls.append(job_id) or True)
-    return calls
-
-
-@pytest.fixture
 def prompts(db, project_key) -> str:
     return make_file(db, project_key[0], "prompts")
 

@@ -18,15 +18,6 @@ def _file(db, project_id: str, purpose: str) -> str:
 
 
 @pytest.fixture
-def dispatched(monkeypatch):
-    from workers import dispatch
-
-    calls: list[str] = []
-    monkeypatch.setattr(dispatch, "enqueue_job", lambda job_id: calls.append(job_id) or True)
-    return calls
-
-
-@pytest.fixture
 def files(db, project_key):
     return {p: _file(db, project_key[0], p) for p in ("sft", "preference", "prompts")}
 

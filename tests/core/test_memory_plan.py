@@ -203,15 +203,6 @@ def test_fit_against_the_capacity_names_the_field_to_change():
 # --- the API ---------------------------------------------------------------------------------------------
 
 @pytest.fixture
-def dispatched(monkeypatch) -> list[str]:
-    from workers import dispatch
-
-    calls: list[str] = []
-    monkeypatch.setattr(dispatch, "enqueue_job", lambda job_id: calls.append(job_id) or True)
-    return calls
-
-
-@pytest.fixture
 def model_dir(keel_home) -> str:
     """A model directory under the deployment's model root, with only a config.json (no weights)."""
     path = keel_home / "models" / f"tiny-{secrets.token_hex(3)}"

@@ -13,15 +13,6 @@ files_api, jobs_api = security_support.api_files(), security_support.api_jobs()
 
 
 @pytest.fixture
-def dispatched(monkeypatch):
-    from workers import dispatch
-
-    sent: list[str] = []
-    monkeypatch.setattr(dispatch, "enqueue_job", lambda job_id: sent.append(job_id) or True)
-    return sent
-
-
-@pytest.fixture
 def roots(keel_home, tmp_path):
     """A model inside the root, and a directory beside it with the same prefix (`models-evil`)."""
     inside = keel_home / "models" / f"m-{secrets.token_hex(3)}"
