@@ -16,7 +16,16 @@ concurrently on different roles (old/ref log-probs, values, reward) overlap, so 
 up to `timing_s/step`.
 
 Defaults: the demo policy, the demo model as reward model (a fresh, seeded score head), the demo
-prompts (`bench/out/demo`).
+prompts (`bench/out/demo`). `--wide`: `bench.datasets`' wide Llama (hidden 768, 28M parameters) as
+policy and reward model, where matrix products and not per-op overhead set the pace.
+
+`mfu` = the iteration's model FLOPs / its time / the GEMM peak measured here with every core the
+local Ray has (`--no-mfu` skips the measurement). Model FLOPs count 2 x N per token for a forward
+and 6 x N for a forward and backward, N = the role's matmul parameters (`bench.common.matmul_params`),
+over every token of every sample (prompt + response): generation (prefill and decode), the
+reference log-probs, the old log-probs when that pass runs, reward scores, values, and the updates
+(`--epochs` times). Attention's `seq^2` term is left out, so it understates a little.
+`mfu_cpu_time` uses CPU seconds (every process of the job) / cores as the time instead.
 
 `--step-cost --repeat N` measures what one update step costs instead, in this process (no Ray, no
 reference or reward model: advantages are seeded noise): per iteration, the rollback snapshot of
@@ -38,8 +47,10 @@ import time
 from bench.common import (
     demo_assets,
     emit,
+    gemm_peak_gflops,
     job_resources,
     load_average,
+    matmul_params,
     set_threads,
     spread,
     tree_cpu_seconds,
@@ -122,6 +133,20 @@ class TreeCPUReporter(RecordingReporter):
         return {"cpu_s": round(cpu, 3), "tokens_per_cpu_s": round(tokens / cpu, 2) if cpu > 0 else None}
 
 
+def iteration_flops(metrics: dict, samples: int, *, policy: int, critic: int | None, reward: int | None,
+                    epochs: int) -> float:
+    """Model FLOPs of one PPO iteration from its metrics (see the module docstring). `policy`,
+    `critic`, `reward`: matmul parameters of each role's model (None: the role does not run)."""
+    tokens = samples * (metrics["prompt_length/mean"] + metrics["response_length/mean"])
+    forwards = 2 + ("timing_s/old_log_prob" in metrics)  # generation, reference (+ old log-probs)
+    flops = (2 * forwards + 6 * epochs) * policy * tokens
+    if critic is not None:
+        flops += (2 + 6 * epochs) * critic * tokens
+    if reward is not None:
+        flops += 2 * reward * tokens
+    return float(flops)
+
+
 def summarise(reporter, samples: int) -> dict:
     """Throughput over steps 2..N; `samples` = responses per iteration (prompts x rollout.n)."""
     events = reporter.of("metrics")
@@ -133,7 +158,28 @@ def summarise(reporter, samples: int) -> dict:
             "tokens_per_s": round(tokens / seconds, 2),
             "phases_s": {k.removeprefix("timing_s/"): round(sum(v.get(k, 0.0) for v in timed) / len(timed), 4)
                          for k in phases},
-            "response_length_mean": round(sum(v["response_length/mean"] for v in timed) / len(timed), 2)}
+            "response_length_mean": round(sum(v["response_length/mean"] for v in timed) / len(timed), 2),
+            "prompt_length_mean": round(sum(v["prompt_length/mean"] for v in timed) / len(timed), 2)}
+
+
+def mfu_figures(reporter, samples: int, *, policy_dir: str, reward_dir: str | None, critic: bool, epochs: int,
+                peak_gflops: float, cores: int) -> dict:
+    """`model_gflops_per_s`, `mfu` (wall) and `mfu_cpu_time` over steps 2..N."""
+    events = reporter.of("metrics")
+    timed = [e["values"] for e in events if e["step"] >= 2] or [e["values"] for e in events]
+    policy = matmul_params(policy_dir, head="lm_head")
+    sizes = {"policy": policy, "critic": matmul_params(policy_dir, head="score") if critic else None,
+             "reward": matmul_params(reward_dir, head="score") if reward_dir else None}
+    flops = sum(iteration_flops(v, samples, epochs=epochs, **sizes) for v in timed)
+    seconds = sum(v["timing_s/step"] for v in timed)
+    out = {"params_matmul": sizes, "model_gflops_per_s": round(flops / seconds / 1e9, 2),
+           "gemm_peak_gflops": round(peak_gflops, 1), "gemm_peak_cores": cores,
+           "mfu": round(flops / seconds / (peak_gflops * 1e9), 4)}
+    cpu = reporter.cpu_summary(samples).get("cpu_s")
+    if cpu and len(events) >= 2:  # the CPU window is the end of step 1 to the end of step N
+        cpu_flops = sum(iteration_flops(e["values"], samples, epochs=epochs, **sizes) for e in events[1:])
+        out["mfu_cpu_time"] = round(cpu_flops / (cpu / cores) / (peak_gflops * 1e9), 4)
+    return out
 
 
 def step_cost(model: str, prompts: str, *, batch: int, response_length: int, prompt_length: int, epochs: int,
@@ -221,6 +267,10 @@ def main(argv: list[str] | None = None) -> dict:
                    help="a rule reward (e.g. gsm8k) instead of the reward model")
     p.add_argument("--gsm8k", action="store_true",
                    help="bench.datasets' GSM8K-style prompts as --prompts (default: the demo prompts)")
+    p.add_argument("--wide", action="store_true",
+                   help="bench.datasets' wide Llama (28M) as policy and reward model (default: the demo Llama)")
+    p.add_argument("--peak-gflops", type=float, default=None, help="GEMM peak to use (default: measure it)")
+    p.add_argument("--no-mfu", action="store_true", help="skip the GEMM measurement (no mfu figures)")
     p.add_argument("--json", action="store_true", help="print one JSON line")
     args = p.parse_args(argv)
     if args.n < 1 or (args.adv_estimator == "grpo" and args.n < 2):
@@ -234,6 +284,11 @@ def main(argv: list[str] | None = None) -> dict:
         prompts = gsm8k_paths()["train"]
     if not (model and reward_model and prompts):
         assets = demo_assets()
+        if args.wide:
+            from bench.datasets import wide_model_path
+
+            wide = wide_model_path(tokenizer_dir=assets["tokenizer"])
+            model, reward_model = model or wide, reward_model or wide
         model, reward_model = model or assets["model"], reward_model or assets["model"]
         prompts = prompts or assets["prompts_train"]
 
@@ -256,7 +311,10 @@ def main(argv: list[str] | None = None) -> dict:
     from engine.ppo import run_ppo
 
     load_avg = load_average()
-    start_private_ray(threads or usable_cores())
+    cores = threads or usable_cores()
+    # Measured before Ray starts, with every core the job may use: the machine's peak, not one worker's.
+    peak = None if args.no_mfu else args.peak_gflops or gemm_peak_gflops(args.dtype, cores)
+    start_private_ray(cores)
     try:
         with tempfile.TemporaryDirectory(prefix="keel-bench-ppo-") as work:
             request = build_request(model, None if args.reward_function else reward_model, prompts, work,
@@ -280,6 +338,10 @@ def main(argv: list[str] | None = None) -> dict:
               "response_length": args.response_length, "steps": args.steps, "epochs": args.epochs,
               "gradient_checkpointing": args.gradient_checkpointing, "packing": not args.no_packing,
               **summarise(reporter, samples), **reporter.cpu_summary(samples),
+              **(mfu_figures(reporter, samples, policy_dir=model,
+                             reward_dir=None if args.reward_function else reward_model,
+                             critic=args.adv_estimator == "gae", epochs=args.epochs, peak_gflops=peak, cores=cores)
+                 if peak else {}),
               "wall_s": round(wall, 2), "timing": TIMING_NOTE, "load_avg_1m": load_avg,
               "cpus": os.cpu_count()}
     emit(result, args.json)

@@ -99,7 +99,7 @@ def test_ppo(bench_out):
     """In a subprocess: it starts (and stops) its own local Ray."""
     proc = subprocess.run(
         [sys.executable, "-m", "bench.ppo", "--steps", "2", "--batch", "4", "--response-length", "8",
-         "--prompt-length", "32", "--threads", "1", "--json"],
+         "--prompt-length", "32", "--threads", "1", "--peak-gflops", "100", "--json"],
         cwd=ROOT, capture_output=True, text=True, timeout=110, check=False,
         env={**os.environ, "PYTHONPATH": str(ROOT), "KEEL_BENCH_OUT": str(bench_out)})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -108,6 +108,21 @@ def test_ppo(bench_out):
     assert out["tokens_per_s"] > 0 and out["generated_tokens"] > 0
     for phase in ("gen", "step", "update_actor", "update_critic", "reward"):
         assert phase in out["phases_s"], phase
+    sizes = out["params_matmul"]  # PPO: every role counts
+    assert sizes["critic"] > 0 and sizes["reward"] > 0 and sizes["policy"] > sizes["critic"]
+    assert out["gemm_peak_gflops"] == 100 and 0 < out["mfu"] < 1 and out["mfu_cpu_time"] > 0
+
+
+def test_iteration_flops():
+    """2N per token for each forward, 6N per epoch of an update, over prompt + response tokens."""
+    from bench.ppo import iteration_flops
+
+    m = {"prompt_length/mean": 6.0, "response_length/mean": 4.0}  # 10 tokens per sample, 3 samples
+    grpo = iteration_flops(m, 3, policy=100, critic=None, reward=None, epochs=1)
+    assert grpo == (2 * 2 + 6) * 100 * 30  # generation, reference, update
+    assert iteration_flops({**m, "timing_s/old_log_prob": 0.1}, 3, policy=100, critic=None, reward=None,
+                           epochs=2) == (2 * 3 + 12) * 100 * 30
+    assert iteration_flops(m, 3, policy=100, critic=50, reward=20, epochs=1) == grpo + 8 * 50 * 30 + 2 * 20 * 30
 
 
 def test_ppo_step_cost(capsys, bench_out, one_thread):
@@ -156,7 +171,7 @@ def test_grpo(bench_out):
     proc = subprocess.run(
         [sys.executable, "-m", "bench.ppo", "--adv-estimator", "grpo", "--reward-function", "gsm8k", "--gsm8k",
          "--n", "2", "--steps", "2", "--batch", "2", "--response-length", "8", "--prompt-length", "128",
-         "--threads", "1", "--json"],
+         "--threads", "1", "--peak-gflops", "100", "--json"],
         cwd=ROOT, capture_output=True, text=True, timeout=110, check=False,
         env={**os.environ, "PYTHONPATH": str(ROOT), "KEEL_BENCH_OUT": str(bench_out)})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -167,6 +182,8 @@ def test_grpo(bench_out):
     phases = out["phases_s"]
     assert "update_actor" in phases and "update_critic" not in phases and "values" not in phases
     assert "old_log_prob" not in phases  # one epoch in one mini-batch: on-policy, no recompute
+    assert out["params_matmul"]["critic"] is None and out["params_matmul"]["reward"] is None  # rule reward
+    assert 0 < out["mfu"] < 1
 
 
 def _trl_runner():
