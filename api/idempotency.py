@@ -23,6 +23,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Header, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -65,14 +66,17 @@ class Idempotency:
                            "use a new key for a new request.", param="Idempotency-Key")
         return JSONResponse(row.response_body, status_code=row.response_status, headers={REPLAYED_HEADER: "true"})
 
-    def commit(self, db: Session, project_id: str, status: int, body: dict[str, Any]) -> JSONResponse | None:
-        """Commit the session's work together with the remembered response.
+    def commit(self, db: Session, project_id: str, status: int, body: BaseModel | dict[str, Any]) -> JSONResponse | None:
+        """Commit the session's work together with the remembered response (`body`, a model is stored
+        as its JSON dump: made only when there is a key to remember it under).
 
         Returns None when ours won; otherwise (a concurrent request with the same key committed
         first) our work is rolled back and the winner's response is returned."""
         if self.key is None:
             db.commit()
             return None
+        if isinstance(body, BaseModel):
+            body = body.model_dump(mode="json")
         db.execute(delete(IdempotencyKey).where(IdempotencyKey.project_id == project_id,
                                                 IdempotencyKey.key == self.key,
                                                 IdempotencyKey.created_at < self._cutoff()))

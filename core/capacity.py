@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, delete, select
+from sqlalchemy import Float, bindparam, delete, select
 from sqlalchemy.orm import Session
 
-from core.clock import db_now, db_now_sql
+from core.clock import db_ago_sql, db_now_sql
 from core.models import ClusterNode
 
 log = logging.getLogger(__name__)
@@ -250,20 +249,30 @@ def publish(db: Session, source: str, nodes: Sequence[Node]) -> None:
     db.commit()
 
 
-_FRESH_NODES = select(ClusterNode).where(
-    ClusterNode.observed_at >= bindparam("cutoff", type_=ClusterNode.observed_at.type)).order_by(ClusterNode.node_id)
+_NODES = ClusterNode.__table__.c
+NODE_COLUMNS = (_NODES.node_id, _NODES.node_ip, _NODES.cpus_total, _NODES.cpus_available, _NODES.gpus_total,
+                _NODES.gpus_available)
+"""A `Node`'s fields, in order (table columns, not the mapped class: the rows become `Node`s, so the
+ORM's loading would be work thrown away)."""
+FRESH = _NODES.observed_at >= db_ago_sql(bindparam("max_age_s", type_=Float()))
+"""A capacity row published within `max_age_s` (a parameter of the statement), on the database's clock:
+no round trip of its own to read that clock. To select fresh nodes in a statement of one's own
+(`nodes_of` turns the rows into `Node`s)."""
+_FRESH_NODES = select(*NODE_COLUMNS).where(FRESH).order_by(_NODES.node_id)
 """Built once (every job create reads it): its cache key is computed once."""
+
+
+def nodes_of(rows: Iterable[Sequence[Any]]) -> list[Node] | None:
+    """`Node`s from rows holding `NODE_COLUMNS` (null ones, an outer join's no-node row, skipped); None
+    when there are none, as `fresh_nodes`."""
+    return [Node(*row) for row in rows if row[0] is not None] or None
 
 
 def fresh_nodes(db: Session, max_age_s: float = STALE_S) -> list[Node] | None:
     """The nodes published within `max_age_s` (database clock); None when there are none."""
-    cutoff = db_now(db) - timedelta(seconds=max_age_s)
-    rows = db.scalars(_FRESH_NODES, {"cutoff": cutoff}).all()
-    return [Node(r.node_id, r.node_ip, r.cpus_total, r.cpus_available, r.gpus_total, r.gpus_available)
-            for r in rows] or None
+    return nodes_of(db.execute(_FRESH_NODES, {"max_age_s": float(max_age_s)}))
 
 
 def fresh_sources(db: Session, max_age_s: float = STALE_S) -> list[str]:
     """Who published capacity within `max_age_s`."""
-    cutoff = db_now(db) - timedelta(seconds=max_age_s)
-    return sorted(set(db.scalars(select(ClusterNode.source).where(ClusterNode.observed_at >= cutoff)).all()))
+    return sorted(set(db.scalars(select(ClusterNode.source).where(FRESH), {"max_age_s": float(max_age_s)}).all()))

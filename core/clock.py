@@ -33,6 +33,27 @@ def _db_now_sqlite(element, compiler, **kw) -> str:
     return "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 
 
+class db_ago_sql(FunctionElement):
+    """The database server's time `seconds` ago (an SQL expression; `seconds` a bound number): a
+    freshness cutoff computed in the statement that uses it, not in a round trip of its own."""
+
+    type = DateTime(timezone=True)
+    inherit_cache = True
+    name = "db_ago"
+
+
+@compiles(db_ago_sql)
+def _db_ago_default(element, compiler, **kw) -> str:
+    (seconds,) = element.clauses
+    return f"now() - make_interval(secs => {compiler.process(seconds, **kw)})"
+
+
+@compiles(db_ago_sql, "sqlite")
+def _db_ago_sqlite(element, compiler, **kw) -> str:
+    (seconds,) = element.clauses
+    return f"strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || ({compiler.process(seconds, **kw)}) || ' seconds')"
+
+
 _NOW = select(db_now_sql())  # built once: its cache key is computed once
 
 

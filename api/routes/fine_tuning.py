@@ -43,7 +43,7 @@ from api.schemas.fine_tuning import (
 from api.schemas.jobs import MAX_GRADER_CHARS, JobCreate
 from core import events, fine_tuned_models
 from core import finetune_files as ft
-from core.capacity import admission, fresh_nodes, job_demand
+from core.capacity import admission, job_demand
 from core.config import settings
 from core.datasets import DatasetError, inspect_dataset
 from core.ids import new_id
@@ -261,8 +261,7 @@ def create_fine_tuning_job(raw: dict[str, Any], project: CurrentProject, caller:
         param = "method.keel_overrides" if keel_method["overrides"] else "method"
         raise ApiError(400, "invalid_request", f"{param}: {first['msg']} "
                        f"({'.'.join(str(p) for p in first['loc'])})", param=param) from None
-    nodes = fresh_nodes(db)
-    spec = keel_jobs._resolve(db, project.id, keel_body, nodes)
+    spec, nodes = keel_jobs._resolve(db, project.id, keel_body)
     spec["openai"] = {"method": public_method, "model": raw.get("model"), "training_file": source.id,
                       "validation_file": body.validation_file,
                       "integrations": [i.model_dump(exclude_none=True) for i in body.integrations or []] or None}

@@ -11,14 +11,17 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
+import stat
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 from fastapi import Path as PathParam
-from sqlalchemy import bindparam, case, delete, func, select, tuple_, update
+from sqlalchemy import bindparam, case, delete, func, insert, select, tuple_, update
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Session, aliased
 
 from api import memory_plan, pauses
@@ -43,11 +46,21 @@ from api.schemas.jobs import (
 from api.schemas.memory_plan import MemoryPlan
 from core import checkpoints, events, fine_tuned_models
 from core import logging as logcontext
-from core.capacity import Node, admission, auto_cpus_per_worker, fresh_nodes, job_demand
+from core.capacity import (
+    FRESH,
+    NODE_COLUMNS,
+    STALE_S,
+    Node,
+    admission,
+    auto_cpus_per_worker,
+    job_demand,
+    nodes_of,
+)
 from core.config import settings
 from core.db import session_factory
+from core.ids import new_id
 from core.integrations import check_tracking_uri
-from core.models import Checkpoint, File, Job, Model, utcnow
+from core.models import Checkpoint, ClusterNode, File, Job, Model, utcnow
 from core.storage import get_storage
 from workers import dispatch
 
@@ -135,8 +148,20 @@ def _checkpoint_model(db: Session, project_id: str, ref: str, param: str, *, rew
                        "are gone, or an older Keel wrote it).", param=param)
 
 
-def _training_file(db: Session, project_id: str, file_id: str, method: str, param: str) -> File:
-    file = db.get(File, file_id)
+_FILES = File.__table__.c
+_FILE_AND_NODES = (select(_FILES.project_id, _FILES.deleted_at, _FILES.purpose, _FILES.status, *NODE_COLUMNS)
+                   .select_from(File.__table__.outerjoin(ClusterNode.__table__, FRESH))
+                   .where(_FILES.id == bindparam("file_id")).order_by(NODE_COLUMNS[0]))
+"""What `_training_file` checks, and no more (not the file's column stats), with the cluster's fresh
+capacity beside it (a row per node, or one with null node columns): one round trip for both, which a
+create needs together. Built once, read without the ORM's loading."""
+
+
+def _training_file(db: Session, project_id: str, file_id: str, method: str, param: str) -> list[Node] | None:
+    """Check a file the job reads; returns the cluster's fresh nodes (`core.capacity.fresh_nodes`),
+    read in the same statement."""
+    rows = db.execute(_FILE_AND_NODES, {"file_id": file_id, "max_age_s": STALE_S}).all()
+    file = rows[0] if rows else None
     if file is None or file.project_id != project_id or file.deleted_at is not None:
         raise not_found("file", file_id, param=param)
     want = FILE_PURPOSE[method]
@@ -145,7 +170,7 @@ def _training_file(db: Session, project_id: str, file_id: str, method: str, para
                        f"method {method!r} needs {want!r}.", param=param)
     if file.status != "processed":
         raise ApiError(422, "file_not_ready", f"{param}: {file_id} is {file.status}, not processed.", param=param)
-    return file
+    return nodes_of(row[4:] for row in rows)
 
 
 def _checkpoint(db: Session, project_id: str, checkpoint_id: str, method: str) -> Checkpoint:
@@ -165,15 +190,38 @@ _CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length"
 """config.json fields that name a model's context window, in the order they are looked for."""
 
 
+_WINDOWS: dict[str, tuple[tuple[int, int, int], int | None]] = {}
+"""`_context_window`'s answers by config.json path, with the file's (inode, size, mtime) when read:
+every create of the same model reads it, and a file that changes gets read again."""
+
+
 def _context_window(db: Session, ref: str) -> int | None:
     """The context window from the config.json of a local model (a directory or a Keel model);
     None when Keel cannot read it here (a hub id, an adapter directory, no or odd config)."""
     path = (db.get(Model, ref).path if ref.startswith("model-") else checkpoints.local_export(db, ref)
             if ref.startswith("ckpt-") else ref if ref.startswith("/") else None)
-    config = Path(path) / "config.json" if path else None
+    if not path:
+        return None
+    config = os.path.join(path, "config.json")
     try:
-        if config is None or not config.is_file():  # (never open a FIFO or a device)
-            return None
+        st = os.stat(config)
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISREG(st.st_mode):  # (never open a FIFO or a device)
+        return None
+    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+    known = _WINDOWS.get(config)
+    if known is not None and known[0] == stamp:
+        return known[1]
+    window = _read_context_window(Path(config))
+    if len(_WINDOWS) >= 256:  # a bound, not an LRU: models in use come back at once
+        _WINDOWS.clear()
+    _WINDOWS[config] = (stamp, window)
+    return window
+
+
+def _read_context_window(config: Path) -> int | None:
+    try:
         with config.open("rb") as f:
             raw = f.read(_MAX_CONFIG_BYTES + 1)
         data = json.loads(raw) if len(raw) <= _MAX_CONFIG_BYTES else None
@@ -200,13 +248,14 @@ def _check_context(db: Session, body: JobCreate) -> None:
                        param=param)
 
 
-def _resolve(db: Session, project_id: str, body: JobCreate, nodes: list[Node] | None) -> dict[str, Any]:
+def _resolve(db: Session, project_id: str, body: JobCreate) -> tuple[dict[str, Any], list[Node] | None]:
     """Check every reference in the request; returns the spec to store (normalised, defaults filled,
-    `cpus_per_worker: auto` resolved against `nodes`, the fresh capacity admission reads too)."""
+    `cpus_per_worker: auto` resolved against the nodes) and the cluster's fresh nodes (read with the
+    training file), which admission reads too."""
     method = body.method
     body.model = _model_ref(db, project_id, body.model, "model")
     _check_context(db, body)
-    _training_file(db, project_id, body.training_file, method.type, "training_file")
+    nodes = _training_file(db, project_id, body.training_file, method.type, "training_file")
     if body.validation_file is not None:
         _training_file(db, project_id, body.validation_file, method.type, "validation_file")
     if isinstance(method, RMDistillMethod):
@@ -231,7 +280,7 @@ def _resolve(db: Session, project_id: str, body: JobCreate, nodes: list[Node] | 
         body.resources.cpus_per_worker = float(auto_cpus_per_worker(
             spec, nodes, cap=settings.AUTO_CPUS_PER_WORKER_MAX, max_cpus=settings.MAX_JOB_CPUS))
         spec["resources"]["cpus_per_worker"] = body.resources.cpus_per_worker
-    return spec
+    return spec, nodes
 
 
 def _check_integrations(body: JobCreate) -> None:
@@ -336,6 +385,24 @@ _JOB_WITH_POSITION = select(Job, _QUEUE_POSITION).where(Job.id == bindparam("job
 of a statement like this one)."""
 
 
+_INSERT_QUEUED = insert(Job.__table__).returning(select(func.count()).where(
+    _AHEAD.project_id == bindparam("queued_project_id"), _AHEAD.status == "queued",
+    tuple_(_AHEAD.created_at, _AHEAD.id) < tuple_(bindparam("queued_created_at", type_=Job.created_at.type),
+                                                 bindparam("queued_id", type_=Job.id.type))).scalar_subquery() + 1)
+"""A new queued job's insert, returning its queue position: the queued jobs strictly ahead of it (its
+own row is not visible to the statement that writes it), plus itself. Built once."""
+_COLUMN_OF = {attr.key: attr.columns[0].key for attr in sa_inspect(Job).column_attrs}
+
+
+def _insert_queued(db: Session, job: Job) -> int:
+    """Insert a new queued `job` (given its id and created_at) and return its queue position, in one
+    statement: a Core insert of the attributes set on `job`, which stays out of the session (the
+    unit of work's flush and a separate count cost more than the rest of the insert)."""
+    values = {_COLUMN_OF[key]: value for key, value in job.__dict__.items() if key in _COLUMN_OF}
+    return int(db.scalar(_INSERT_QUEUED, {**values, "queued_project_id": job.project_id,
+                                          "queued_created_at": job.created_at, "queued_id": job.id}))
+
+
 def job_public(job: Job, queue_position: int | None = None) -> JobPublic:
     spec = job.spec or {}
     return JobPublic(
@@ -379,8 +446,7 @@ def create_job(body: JobCreate, project: CurrentProject, caller: CurrentCaller, 
     is a 422 `will_not_fit`; `dry_run=true` returns the plan instead."""
     if not dry_run and (replay := idem.replay(db, project.id)) is not None:
         return replay
-    nodes = fresh_nodes(db)
-    spec = _resolve(db, project.id, body, nodes)
+    spec, nodes = _resolve(db, project.id, body)
     verdict = admission(job_demand(spec), nodes, max_cpus=settings.MAX_JOB_CPUS, max_gpus=settings.MAX_JOB_GPUS)
     if verdict.status == "refuse":
         raise ApiError(422, verdict.code, f"{verdict.param}: {verdict.message}.", param=verdict.param)
@@ -390,16 +456,16 @@ def create_job(body: JobCreate, project: CurrentProject, caller: CurrentCaller, 
     memory_plan.refuse_unfit(plan)
     waiting = verdict.status == "wait"  # the sweeper sends it when the cluster has room
     claimed_at = None if waiting else utcnow()  # the outbox claim, made in the insert (workers.dispatch)
-    job = Job(project_id=project.id, status="queued", method=body.method.type, spec=spec, model=body.model,
-              training_file_id=body.training_file, validation_file_id=body.validation_file, seed=body.seed,
-              meta=body.metadata, queue_reason=verdict.code if waiting else None, created_by=caller.key_id,
-              dispatched_at=claimed_at)
-    db.add(job)
-    db.flush()
+    job = Job(id=new_id("job"), created_at=utcnow(), project_id=project.id, status="queued", method=body.method.type,
+              spec=spec, model=body.model, training_file_id=body.training_file,
+              validation_file_id=body.validation_file, seed=body.seed, meta=body.metadata,
+              queue_reason=verdict.code if waiting else None, created_by=caller.key_id, dispatched_at=claimed_at,
+              progress={}, latest_metrics={}, attempts=0, last_event_seq=0)
+    position = _insert_queued(db, job)
     logcontext.annotate(job_id=job.id)
     log.info("job created: %s", body.method.type)
-    public = _public_one(db, job)
-    if (replay := idem.commit(db, project.id, 201, public.model_dump(mode="json"))) is not None:
+    public = job_public(job, position)
+    if (replay := idem.commit(db, project.id, 201, public)) is not None:
         return replay
     if claimed_at is not None:
         with dispatch.claimed(job.id, claimed_at):
@@ -456,7 +522,7 @@ def cancel_job(job: OwnedJob, project: CurrentProject, db: SessionDep, idem: Ide
         raise ApiError(409, "job_terminal", f"Job {job.id} already {job.status}; it cannot be cancelled.",
                        param="job_id")
     public = _public_one(db, job)
-    if (replay := idem.commit(db, project.id, 200, public.model_dump(mode="json"))) is not None:
+    if (replay := idem.commit(db, project.id, 200, public)) is not None:
         return replay
     for event in appended:
         events.publish(event)
@@ -467,7 +533,7 @@ def cancel_job(job: OwnedJob, project: CurrentProject, db: SessionDep, idem: Ide
 
 def _apply(db: Session, project_id: str, idem: Idempotency, job: Job, change: pauses.Change) -> Any:
     public = _public_one(db, job)
-    if (replay := idem.commit(db, project_id, 200, public.model_dump(mode="json"))) is not None:
+    if (replay := idem.commit(db, project_id, 200, public)) is not None:
         return replay
     pauses.after_commit(change)
     return public

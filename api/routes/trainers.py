@@ -163,7 +163,7 @@ def create_trainer(body: TrainerCreate, project: CurrentProject, caller: Current
     trainers.append_event(db, trainer.id, "trainer.status", {"status": "active", "reason": "created"})
     logcontext.annotate(trainer_id=trainer.id)
     public = trainer_public(trainer)
-    if (replay := idem.commit(db, project.id, 201, public.model_dump(mode="json"))) is not None:
+    if (replay := idem.commit(db, project.id, 201, public)) is not None:
         return replay
     log.info("trainer created on %s", ref)
     return public
@@ -312,7 +312,7 @@ def queue_operation(db: Session, trainer: Trainer, kind: str, request: dict[str,
     db.add(op)
     db.flush()
     public = operation_public(op)
-    if (replay := idem.commit(db, trainer.project_id, 202, public.model_dump(mode="json"))) is not None:
+    if (replay := idem.commit(db, trainer.project_id, 202, public)) is not None:
         return replay
     _send(trainer.id)
     response.headers["Location"] = operation_location(op)

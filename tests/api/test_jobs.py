@@ -386,8 +386,8 @@ def test_a_twin_that_commits_first_wins(client, auth, db, project_key, files, di
     key = f"twin-{secrets.token_hex(4)}"
     resolve = jobs._resolve
 
-    def resolve_then_twin(db_, project_id, body, nodes):
-        spec = resolve(db_, project_id, body, nodes)
+    def resolve_then_twin(db_, project_id, body):
+        spec, nodes = resolve(db_, project_id, body)
         with TestSession() as other:
             twin = Job(project_id=project_id, method="reward_model", spec=spec, model="org/name",
                        training_file_id=files["preference"])
@@ -398,7 +398,7 @@ def test_a_twin_that_commits_first_wins(client, auth, db, project_key, files, di
             other.add(IdempotencyKey(project_id=project_id, key=key, request_hash=fp, response_status=201,
                                      response_body={"id": twin.id, "twin": True}))
             other.commit()
-        return spec
+        return spec, nodes
 
     from core.db import session_factory
     TestSession = session_factory()
@@ -428,13 +428,51 @@ def test_list_pages_newest_first_and_filters_by_status(client, auth, other_auth,
 
 
 def test_queue_position_counts_this_projects_queued_jobs_oldest_first(client, auth, db, files, dispatched):
-    ids = [create(client, auth, rm_body(files)).json()["id"] for _ in range(3)]
+    created = [create(client, auth, rm_body(files)).json() for _ in range(3)]
+    ids = [j["id"] for j in created]
+    assert [j["queue_position"] for j in created] == [1, 2, 3]  # the insert's own count
     positions = {j["id"]: j["queue_position"] for j in client.get("/v1/jobs", headers=auth).json()["data"]}
     assert [positions[i] for i in ids] == [1, 2, 3]
     db.execute(update(Job).where(Job.id == ids[0]).values(status="running"))
     db.commit()
     assert client.get(f"/v1/jobs/{ids[0]}", headers=auth).json()["queue_position"] is None
     assert client.get(f"/v1/jobs/{ids[2]}", headers=auth).json()["queue_position"] == 2
+    assert create(client, auth, rm_body(files)).json()["queue_position"] == 3  # behind the two still queued
+
+
+def test_the_context_window_check_reads_the_models_config_again_when_it_changes(client, auth, files, dispatched):
+    """`_context_window` remembers a config.json by its (inode, size, mtime): a rewritten one counts."""
+    from pathlib import Path
+
+    from core.config import settings
+
+    model = Path(settings.model_roots[0]) / f"context-{secrets.token_hex(4)}"
+    model.mkdir(parents=True)
+    body = {**rm_body(files), "model": str(model)}  # max_length 256
+
+    def window(n: int, pad: int) -> None:  # each a different size: a new stamp however coarse the clock
+        (model / "config.json").write_text(json.dumps({"max_position_embeddings": n, "pad": "x" * pad}))
+
+    window(128, 0)
+    for _ in range(2):  # read, then remembered
+        r = create(client, auth, body)
+        assert (r.status_code, r.json()["code"]) == (422, "context_too_long"), r.text
+    window(4096, 10)
+    assert create(client, auth, body).status_code == 201
+    window(200, 20)
+    assert (create(client, auth, body).json()["code"]) == "context_too_long"
+    (model / "config.json").unlink()
+    assert create(client, auth, body).status_code == 201  # no config: nothing to check against
+
+
+def test_a_create_answers_what_a_retrieve_of_the_stored_row_shows(client, auth, db, files, dispatched):
+    """The create's answer is built from the values it inserted, not from the stored row: the two agree."""
+    body = {**rm_body(files), "metadata": {"team": "align"}, "seed": 7, "suffix": "x"}
+    created = create(client, auth, body).json()
+    assert created == client.get(f"/v1/jobs/{created['id']}", headers=auth).json()
+    row = db.get(Job, created["id"])
+    assert (row.progress, row.latest_metrics, row.attempts, row.last_event_seq) == ({}, {}, 0, 0)
+    assert row.created_at is not None and int(row.created_at.timestamp()) == created["created_at"]
 
 
 def test_retrieve_shows_what_the_worker_wrote(client, auth, db, files, dispatched):

@@ -17,6 +17,7 @@ from core.capacity import (
     admission,
     fits,
     fresh_nodes,
+    fresh_sources,
     job_demand,
     place,
     publish,
@@ -119,3 +120,22 @@ def test_published_capacity_is_fresh_on_the_databases_clock(db, source):
     db.commit()
     assert node not in (fresh_nodes(db) or [])
     assert node in fresh_nodes(db, max_age_s=600)
+    assert source in fresh_sources(db, max_age_s=600) and source not in fresh_sources(db)
+
+
+def test_freshness_on_sqlite_too(tmp_path):
+    """The cutoff is computed in SQL (`core.clock.db_ago_sql`), which SQLite spells its own way."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'keel.db'}")
+    ClusterNode.__table__.create(engine)
+    node = Node("node-1", "10.0.0.7", 8, 6, 2, 1)
+    with Session(engine) as db:
+        publish(db, "here", [node])
+        assert fresh_nodes(db) == [node] and fresh_sources(db) == ["here"]
+        db.execute(update(ClusterNode).values(observed_at=db_now(db) - timedelta(seconds=120)))
+        db.commit()
+        assert fresh_nodes(db) is None and fresh_sources(db) == []
+        assert fresh_nodes(db, max_age_s=600) == [node] and fresh_sources(db, max_age_s=600) == ["here"]
+    engine.dispose()
