@@ -236,6 +236,127 @@ def test_padded_calls_and_generation_still_work_on_a_packed_model(demo_assets):
     assert torch.equal(gen[0], gen[1])
 
 
+# --- CPU attention: batched SDPA over length buckets --------------------------------------------------
+
+def per_sequence_attention(q, k, v, lengths, groups=1):
+    """The reference: one causal SDPA per sequence, `(1, heads, total, dim)` -> `(1, total, heads, dim)`."""
+    k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    parts = [torch.nn.functional.scaled_dot_product_attention(a, b, c, is_causal=True)
+             for a, b, c in zip(q.split(lengths, 2), k.split(lengths, 2), v.split(lengths, 2))]
+    return torch.cat(parts, 2).transpose(1, 2)
+
+
+def attention_inputs(lengths, heads=4, kv_heads=4, dim=16, seed=0):
+    """Random q/k/v laid out as transformers makes them (token-major, viewed head-major), and `cu`."""
+    g = torch.Generator().manual_seed(seed)
+    total = sum(lengths)
+    q, k, v = (torch.randn(1, total, h, dim, generator=g).transpose(1, 2).requires_grad_()
+               for h in (heads, kv_heads, kv_heads))
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    module = torch.nn.Module()
+    module.num_key_value_groups = heads // kv_heads
+    return module, q, k, v, cu
+
+
+def sdpa_calls(monkeypatch):
+    calls = []
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def counting(q, *args, **kwargs):
+        calls.append(tuple(q.shape))
+        return original(q, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting)
+    return calls
+
+
+LONG_TAIL = [10, 400, 13, 250, 77, 3, 1, 120, 35, 333, 18, 64]
+
+
+def test_bucket_plan_pads_only_where_a_call_costs_more():
+    for lengths in ([40] * 32, [35, 50, 41, 38, 49, 36] * 5, LONG_TAIL, [1], [1, 1, 2], [7, 33, 1, 20, 1, 5]):
+        for channels in (64, 128, 4096):
+            buckets = packing.bucket_plan(lengths, channels)
+            assert sorted(i for b in buckets for i in b) == list(range(len(lengths)))
+            for b in buckets:
+                width = lengths[b[0]]
+                assert all(lengths[i] <= width for i in b)
+                assert all((width**2 - lengths[i] ** 2) * channels <= packing.CALL_COST for i in b)
+                assert len(b) * width**2 <= packing.BUCKET_WASTE * sum(lengths[i] ** 2 for i in b)
+    assert len(packing.bucket_plan([40] * 32)) == 1
+    # Similar short lengths share few buckets; a long tail keeps its long ones apart.
+    assert len(packing.bucket_plan([35, 50, 41, 38, 49, 36] * 5)) <= 2
+    assert len(packing.bucket_plan(LONG_TAIL)) >= 8
+    assert packing.bucket_plan([1, 400]) == [[1], [0]]
+    # On a wide model the work dominates: only equal lengths share a call.
+    assert packing.bucket_plan([40, 39, 40, 39], channels=4096) == [[0, 2], [1, 3]]
+    # Batching pays for many short sequences in few buckets, not for a long tail in many.
+    demo = [35, 50, 41, 38, 49, 36] * 5
+    assert packing.use_buckets(demo, packing.bucket_plan(demo), 128)
+    assert not packing.use_buckets(LONG_TAIL, packing.bucket_plan(LONG_TAIL), 128)
+    assert not packing.use_buckets([23], [[0]], 128)
+
+
+@pytest.mark.parametrize(("lengths", "kv_heads"), [
+    ([7, 33, 1, 20, 1, 5], 4),  # mixed, with length-1 sequences
+    ([40, 38, 41, 36, 45, 39, 40, 42], 4),  # demo-like: one or two buckets
+    (LONG_TAIL, 4),  # several buckets
+    ([23], 4),  # one sequence
+    ([300, 1, 150], 4),  # every sequence alone: one call each
+    ([10] * 8 + [30] * 8 + [3] * 8 + [1, 1], 4),  # several shared buckets
+    ([1, 1, 1], 4),
+    ([12, 30, 1, 29, 9], 2),  # GQA: 4 query heads share 2 key/value heads
+    (LONG_TAIL, 1),
+])
+def test_bucketed_attention_equals_per_sequence_sdpa_with_equal_gradients(lengths, kv_heads, monkeypatch):
+    module, q, k, v, cu = attention_inputs(lengths, kv_heads=kv_heads)
+    calls = sdpa_calls(monkeypatch)
+    out, _ = packing.varlen_attention(module, q, k, v, None, cu_seq_lens_q=cu)
+    # One call per bucket, each a right-padded batch; where that does not pay, one per sequence.
+    buckets = packing.bucket_plan(lengths, 4 * 16)
+    if not packing.use_buckets(lengths, buckets, 4 * 16):
+        buckets = [[i] for i in range(len(lengths))]
+    assert sorted(calls) == sorted((len(b), 4, lengths[b[0]], 16) for b in buckets)
+    monkeypatch.undo()
+    ref = per_sequence_attention(q, k, v, lengths, groups=4 // kv_heads)
+    assert out.shape == (1, sum(lengths), 4, 16) and out.is_contiguous()
+    torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+    upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+    got = torch.autograd.grad((out * upstream).sum(), (q, k, v))
+    want = torch.autograd.grad((ref * upstream).sum(), (q, k, v))
+    for a, b, name in zip(got, want, "qkv"):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_bucketed_attention_keeps_sequences_apart():
+    """Changing one sequence's queries, keys and values changes its outputs and no other's: a
+    bucket that shared an attention row between two sequences (or let padding in) would fail."""
+    lengths = [9, 14, 14, 3, 12, 1, 13]
+    module, q, k, v, cu = attention_inputs(lengths)
+    buckets = packing.bucket_plan(lengths, 4 * 16)
+    assert len(buckets) < len(lengths) and packing.use_buckets(lengths, buckets, 4 * 16)  # really shared
+    base, _ = packing.varlen_attention(module, q, k, v, None, cu_seq_lens_q=cu)
+    bounds = cu.tolist()
+    for j in range(len(lengths)):
+        s, e = bounds[j], bounds[j + 1]
+        changed = [x.detach().clone() for x in (q, k, v)]
+        for x in changed:
+            x[:, :, s:e] += 1.0
+        out, _ = packing.varlen_attention(module, *changed, None, cu_seq_lens_q=cu)
+        others = torch.ones(sum(lengths), dtype=torch.bool)
+        others[s:e] = False
+        torch.testing.assert_close(out[0, others], base[0, others].detach(), rtol=0, atol=0)
+        assert not torch.allclose(out[0, s:e], base[0, s:e])
+        # Within the sequence, causality holds: changing its last token changes only that token.
+        last = [x.detach().clone() for x in (q, k, v)]
+        for x in last:
+            x[:, :, e - 1] += 1.0
+        out, _ = packing.varlen_attention(module, *last, None, cu_seq_lens_q=cu)
+        keep = torch.ones(sum(lengths), dtype=torch.bool)
+        keep[e - 1] = False
+        torch.testing.assert_close(out[0, keep], base[0, keep].detach(), rtol=0, atol=0)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (flash varlen kernel)")
 def test_cuda_half_precision_uses_varlen_kernel_and_matches_per_sequence_sdpa():
     torch.manual_seed(0)
