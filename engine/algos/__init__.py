@@ -13,7 +13,7 @@ from engine.algos.kl import (
     apply_kl_in_reward,
     kl_penalty,
 )
-from engine.algos.logits import entropy_from_logits, log_probs_from_logits
+from engine.algos.logits import entropy_from_logits, log_probs_and_entropy, log_probs_from_logits
 from engine.algos.losses import (
     LOSS_AGG_MODES,
     agg_loss,
@@ -54,6 +54,7 @@ __all__ = [
     "group_has_signal",
     "importance_sampling_loss",
     "kl_penalty",
+    "log_probs_and_entropy",
     "log_probs_from_logits",
     "masked_mean",
     "masked_sum",

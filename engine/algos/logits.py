@@ -17,8 +17,12 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     Returns:
         `(batch, response_len)`.
     """
-    probs = torch.softmax(logits, dim=-1)
-    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+    return _entropy(logits, torch.logsumexp(logits, dim=-1))
+
+
+def _entropy(logits: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+    # vecdot: one pass over the vocabulary instead of a product tensor and a sum.
+    return lse - torch.linalg.vecdot(torch.softmax(logits, dim=-1), logits)
 
 
 def log_probs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -37,3 +41,25 @@ def log_probs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.T
     """
     picked = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
     return picked - torch.logsumexp(logits, dim=-1)
+
+
+def log_probs_and_entropy(logits: torch.Tensor, labels: torch.Tensor, *,
+                          entropy_grad: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(log_probs_from_logits(logits, labels), entropy_from_logits(logits))` with one `logsumexp`
+    for both (the vocab-sized reductions are most of their cost).
+
+    Args:
+        logits: `(batch, response_len, vocab)` (any leading shape).
+        labels: `(batch, response_len)` integer token ids.
+        entropy_grad: False computes the entropy detached (a metric: backward stores nothing for
+            it); the log-probs keep their graph either way.
+
+    Returns:
+        `(log_probs, entropy)`, both `(batch, response_len)`.
+    """
+    lse = torch.logsumexp(logits, dim=-1)
+    log_probs = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse
+    if entropy_grad:
+        return log_probs, _entropy(logits, lse)
+    with torch.no_grad():
+        return log_probs, _entropy(logits.detach(), lse.detach())

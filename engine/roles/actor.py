@@ -201,7 +201,7 @@ class ActorRollout(TrainableRole):
             for rows, total in zip(bounds, totals):
                 kw = {"dynamic": a.use_dynamic_bsz, "max_tokens": a.ppo_max_token_len_per_gpu,
                       "size": a.ppo_micro_batch_size_per_gpu, "device": self.device,
-                      "packed": packing.enabled(self.model)}
+                      "packed": packing.enabled(self.model), "model": self.model}
                 micro = list(iter_micro_batches(batch, rows, **kw))
                 for (index, mb), real in self._lockstep(micro, batch, rows, **kw):
                     if not real:  # fsdp2: a filler keeps the collectives in step and adds nothing

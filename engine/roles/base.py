@@ -18,8 +18,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from engine import distributed, packing, sharding
-from engine.algos import entropy_from_logits, log_probs_from_logits
+from engine import distributed, packing, prefix, sharding
+from engine.algos import log_probs_and_entropy, log_probs_from_logits
 from engine.artifacts import Artifacts
 from engine.checkpoint import HF_EXPORT, load_state, save_state
 from engine.models import logits_at, save_model
@@ -111,11 +111,30 @@ def pad_response(x: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def iter_micro_batches(batch: Batch, rows: Sequence[int], *, dynamic: bool, max_tokens: int, size: int,
-                       device: torch.device, packed: bool = False) -> Iterator[tuple[list[int], Batch]]:
+                       device: torch.device, packed: bool = False,
+                       model: nn.Module | None = None) -> Iterator[tuple[list[int], Batch]]:
     """`(global row indices, trimmed micro-batch)` over `rows` of `batch` (`packed`: the model
-    packs its rows, so the token budget counts real tokens)."""
-    lengths = [row_lengths(batch)[i] for i in rows]
-    for group in micro_batches(lengths, dynamic=dynamic, max_tokens=max_tokens, size=size, packed=packed):
+    packs its rows, so the token budget counts real tokens).
+
+    `model` (the policy that scores the micro-batches) with `dynamic`: when rows share a prompt
+    and `engine.prefix` runs the model (each distinct prompt once), a prompt's rows stay in one
+    micro-batch and the budget counts the prompt once.
+    """
+    all_lengths = row_lengths(batch)
+    lengths = [all_lengths[i] for i in rows]
+    groups = None
+    if model is not None and dynamic and rows:
+        sub = select(batch, list(rows))
+        groups = prefix.row_groups(sub["input_ids"], sub["prompt_lens"])
+        if len(groups) == len(rows) or not prefix.supports(model):
+            groups = None
+    if groups is not None:
+        prompt_lens = sub["prompt_lens"].tolist()
+        costs = [prompt_lens[g[0]] + sum(lengths[i] - prompt_lens[i] for i in g) for g in groups]
+        units = [[i for u in unit for i in groups[u]] for unit in packing.budget_batches(costs, max_tokens)]
+    else:
+        units = micro_batches(lengths, dynamic=dynamic, max_tokens=max_tokens, size=size, packed=packed)
+    for group in units:
         index = [rows[i] for i in group]
         yield index, trim_rows(select(batch, index), device)
 
@@ -125,22 +144,21 @@ def policy_log_probs(model: nn.Module, mb: Batch, *, temperature: float,
     """Log-probs `(b, r)` of the response tokens of a trimmed micro-batch under `model` (logits divided
     by the sampling temperature, as in VERL), and the per-token entropy unless `entropy="off"`.
 
-    Only the response positions' logits are computed (`engine.models.logits_at`). The entropy is a
-    full-vocabulary softmax per token: `grad` keeps it in the graph (a loss term), `metric` computes
-    it detached, so backward stores nothing for it.
+    Only the response positions' logits are computed (`engine.models.logits_at`; rows that share a
+    prompt through `engine.prefix`, the prompt once). The entropy is a full-vocabulary softmax per
+    token: `grad` keeps it in the graph (a loss term), `metric` computes it detached, so backward
+    stores nothing for it.
     """
-    width = mb["responses"].shape[1]
-    positions = response_positions(mb["prompt_lens"], width, mb["input_ids"].shape[1])
-    logits = logits_at(model, mb["input_ids"], mb["attention_mask"], positions).float()
+    if prefix.shares_prompts(mb["input_ids"], mb["prompt_lens"]) and prefix.supports(model):
+        logits = prefix.response_logits(model, mb["input_ids"], mb["prompt_lens"], mb["responses"]).float()
+    else:
+        positions = response_positions(mb["prompt_lens"], mb["responses"].shape[1], mb["input_ids"].shape[1])
+        logits = logits_at(model, mb["input_ids"], mb["attention_mask"], positions).float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    log_probs = log_probs_from_logits(logits, mb["responses"])
     if entropy == "off":
-        return log_probs, None
-    if entropy == "metric":
-        with torch.no_grad():
-            return log_probs, entropy_from_logits(logits.detach())
-    return log_probs, entropy_from_logits(logits)
+        return log_probs_from_logits(logits, mb["responses"]), None
+    return log_probs_and_entropy(logits, mb["responses"], entropy_grad=entropy == "grad")
 
 
 @torch.no_grad()
@@ -154,7 +172,7 @@ def batched_log_probs(model: nn.Module, batch: Batch, *, temperature: float, dyn
     try:
         for index, mb in iter_micro_batches(batch, range(len(batch["input_ids"])), dynamic=dynamic,
                                             max_tokens=max_tokens, size=size, device=device,
-                                            packed=packing.enabled(model)):
+                                            packed=packing.enabled(model), model=model):
             log_probs, _ = policy_log_probs(model, mb, temperature=temperature)
             out[index] = pad_response(log_probs, width).cpu()
     finally:

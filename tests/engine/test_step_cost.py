@@ -112,14 +112,14 @@ def test_entropy_only_computed_when_it_is_a_loss_term(demo_assets, prompts, monk
     from engine.roles.actor import ActorRollout
 
     calls: list[bool] = []
-    real = base.entropy_from_logits
+    real = base.log_probs_and_entropy
 
-    def counting(logits):
-        out = real(logits)
-        calls.append(out.requires_grad)
+    def counting(logits, labels, **kw):
+        out = real(logits, labels, **kw)
+        calls.append(out[1].requires_grad)
         return out
 
-    monkeypatch.setattr(base, "entropy_from_logits", counting)
+    monkeypatch.setattr(base, "log_probs_and_entropy", counting)
     # 2 epochs x 2 mini-batches x 1 micro-batch each.
     role = ActorRollout(config(actor={"entropy_coeff": coeff}), demo_assets["model"], total_steps=10)
     batch = _train_batch(role, rollout(role, prompts[:4]))

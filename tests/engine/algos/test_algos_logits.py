@@ -72,3 +72,24 @@ def test_log_probs_gradient_matches_log_softmax():
     b = logits.clone().requires_grad_()
     torch.log_softmax(b, -1).gather(-1, labels.unsqueeze(-1)).sum().backward()
     assert torch.allclose(a.grad, b.grad)
+
+
+def test_log_probs_and_entropy_equal_the_separate_functions():
+    from engine.algos import log_probs_and_entropy
+
+    gen = torch.Generator().manual_seed(0)
+    logits = (torch.randn(3, 5, 40, generator=gen) * 4).requires_grad_()
+    labels = torch.randint(0, 40, (3, 5), generator=gen)
+    expected_lp, expected_h = log_probs_from_logits(logits, labels), entropy_from_logits(logits)
+    for grad in (True, False):
+        lp, h = log_probs_and_entropy(logits, labels, entropy_grad=grad)
+        torch.testing.assert_close(lp, expected_lp)
+        torch.testing.assert_close(h, expected_h)
+        assert lp.requires_grad and h.requires_grad == grad
+        weights = torch.randn(3, 5, generator=gen)
+        got = torch.autograd.grad((lp * weights).sum() + (h.sum() if grad else 0.0), logits)[0]
+        want = torch.autograd.grad((expected_lp * weights).sum() + (expected_h.sum() if grad else 0.0), logits,
+                                   retain_graph=True)[0]
+        torch.testing.assert_close(got, want)
+    lp, h = log_probs_and_entropy(torch.tensor([[1000.0, 0.0, 0.0], [1e4, -1e4, 5e3]]), torch.tensor([0, 2]))
+    assert torch.isfinite(lp).all() and torch.isfinite(h).all()
