@@ -24,7 +24,9 @@ local Ray has (`--no-mfu` skips the measurement). Model FLOPs count 2 x N per to
 and 6 x N for a forward and backward, N = the role's matmul parameters (`bench.common.matmul_params`),
 over every token of every sample (prompt + response): generation (prefill and decode), the
 reference log-probs, the old log-probs when that pass runs, reward scores, values, and the updates
-(`--epochs` times). Attention's `seq^2` term is left out, so it understates a little.
+(`--epochs` times). Attention's `seq^2` term is left out, so it understates a little. With
+`--n` > 1 Keel computes each prompt once for its samples (generation's prefill, the reference pass
+and the update): `mfu_prompt_once` counts those FLOPs, what actually ran.
 `mfu_cpu_time` uses CPU seconds (every process of the job) / cores as the time instead.
 
 `--step-cost --repeat N` measures what one update step costs instead, in this process (no Ray, no
@@ -134,12 +136,17 @@ class TreeCPUReporter(RecordingReporter):
 
 
 def iteration_flops(metrics: dict, samples: int, *, policy: int, critic: int | None, reward: int | None,
-                    epochs: int) -> float:
+                    epochs: int, prompts: int | None = None) -> float:
     """Model FLOPs of one PPO iteration from its metrics (see the module docstring). `policy`,
-    `critic`, `reward`: matmul parameters of each role's model (None: the role does not run)."""
+    `critic`, `reward`: matmul parameters of each role's model (None: the role does not run).
+    `prompts`: count each of that many distinct prompts once in the policy's passes (what Keel
+    executes when the samples of a prompt share it: `engine.decode`'s prefill, `engine.prefix`)
+    instead of once per sample."""
     tokens = samples * (metrics["prompt_length/mean"] + metrics["response_length/mean"])
+    policy_tokens = tokens if prompts is None else (prompts * metrics["prompt_length/mean"]
+                                                    + samples * metrics["response_length/mean"])
     forwards = 2 + ("timing_s/old_log_prob" in metrics)  # generation, reference (+ old log-probs)
-    flops = (2 * forwards + 6 * epochs) * policy * tokens
+    flops = (2 * forwards + 6 * epochs) * policy * policy_tokens
     if critic is not None:
         flops += (2 + 6 * epochs) * critic * tokens
     if reward is not None:
@@ -163,8 +170,9 @@ def summarise(reporter, samples: int) -> dict:
 
 
 def mfu_figures(reporter, samples: int, *, policy_dir: str, reward_dir: str | None, critic: bool, epochs: int,
-                peak_gflops: float, cores: int) -> dict:
-    """`model_gflops_per_s`, `mfu` (wall) and `mfu_cpu_time` over steps 2..N."""
+                peak_gflops: float, cores: int, prompts: int) -> dict:
+    """`model_gflops_per_s`, `mfu` (wall) and `mfu_cpu_time` over steps 2..N; with several samples per
+    prompt also `mfu_prompt_once`: the FLOPs Keel executes, each distinct prompt counted once."""
     events = reporter.of("metrics")
     timed = [e["values"] for e in events if e["step"] >= 2] or [e["values"] for e in events]
     policy = matmul_params(policy_dir, head="lm_head")
@@ -179,6 +187,9 @@ def mfu_figures(reporter, samples: int, *, policy_dir: str, reward_dir: str | No
     if cpu and len(events) >= 2:  # the CPU window is the end of step 1 to the end of step N
         cpu_flops = sum(iteration_flops(e["values"], samples, epochs=epochs, **sizes) for e in events[1:])
         out["mfu_cpu_time"] = round(cpu_flops / (cpu / cores) / (peak_gflops * 1e9), 4)
+    if prompts < samples:
+        executed = sum(iteration_flops(v, samples, epochs=epochs, prompts=prompts, **sizes) for v in timed)
+        out["mfu_prompt_once"] = round(executed / seconds / (peak_gflops * 1e9), 4)
     return out
 
 
@@ -340,7 +351,8 @@ def main(argv: list[str] | None = None) -> dict:
               **summarise(reporter, samples), **reporter.cpu_summary(samples),
               **(mfu_figures(reporter, samples, policy_dir=model,
                              reward_dir=None if args.reward_function else reward_model,
-                             critic=args.adv_estimator == "gae", epochs=args.epochs, peak_gflops=peak, cores=cores)
+                             critic=args.adv_estimator == "gae", epochs=args.epochs, peak_gflops=peak, cores=cores,
+                             prompts=args.batch)
                  if peak else {}),
               "wall_s": round(wall, 2), "timing": TIMING_NOTE, "load_avg_1m": load_avg,
               "cpus": os.cpu_count()}

@@ -111,6 +111,7 @@ def test_ppo(bench_out):
     sizes = out["params_matmul"]  # PPO: every role counts
     assert sizes["critic"] > 0 and sizes["reward"] > 0 and sizes["policy"] > sizes["critic"]
     assert out["gemm_peak_gflops"] == 100 and 0 < out["mfu"] < 1 and out["mfu_cpu_time"] > 0
+    assert "mfu_prompt_once" not in out  # one sample per prompt
 
 
 def test_iteration_flops():
@@ -123,6 +124,8 @@ def test_iteration_flops():
     assert iteration_flops({**m, "timing_s/old_log_prob": 0.1}, 3, policy=100, critic=None, reward=None,
                            epochs=2) == (2 * 3 + 12) * 100 * 30
     assert iteration_flops(m, 3, policy=100, critic=50, reward=20, epochs=1) == grpo + 8 * 50 * 30 + 2 * 20 * 30
+    # One distinct prompt for the 3 samples: 6 prompt tokens once + 3 x 4 response tokens.
+    assert iteration_flops(m, 3, policy=100, critic=None, reward=None, epochs=1, prompts=1) == 10 * 100 * 18
 
 
 def test_ppo_step_cost(capsys, bench_out, one_thread):
@@ -183,7 +186,7 @@ def test_grpo(bench_out):
     assert "update_actor" in phases and "update_critic" not in phases and "values" not in phases
     assert "old_log_prob" not in phases  # one epoch in one mini-batch: on-policy, no recompute
     assert out["params_matmul"]["critic"] is None and out["params_matmul"]["reward"] is None  # rule reward
-    assert 0 < out["mfu"] < 1
+    assert 0 < out["mfu_prompt_once"] < out["mfu"] < 1  # 2 samples per prompt: the prompt runs once
 
 
 def _trl_runner():
