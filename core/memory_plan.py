@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -194,18 +195,35 @@ def _dir_stamp(path: str | Path) -> tuple | None:
     return tuple(sorted(files))
 
 
+_CONFIGS: dict[str, tuple[tuple[int, int, int], dict[str, Any] | None]] = {}
+"""`read_config`'s answers by file, with the file's (inode, size, mtime) when read."""
+
+
 def read_config(path: str | Path) -> dict[str, Any] | None:
-    """config.json of a model directory (bounded read; never opens a FIFO or a device)."""
-    file = Path(path) / "config.json"
+    """config.json of a model directory (bounded read; never opens a FIFO or a device). Remembered
+    while the file keeps its inode, size and mtime: every job create reads it. The dict is shared
+    between callers: read it, do not change it."""
+    file = os.path.join(path, "config.json")
     try:
-        if not file.is_file():
-            return None
-        with file.open("rb") as f:
+        st = os.stat(file)
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+    if (hit := _CONFIGS.get(file)) is not None and hit[0] == stamp:
+        return hit[1]
+    try:
+        with open(file, "rb") as f:
             raw = f.read(_MAX_CONFIG_BYTES + 1)
         data = json.loads(raw) if len(raw) <= _MAX_CONFIG_BYTES else None
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    config = data if isinstance(data, dict) else None
+    if len(_CONFIGS) >= 256:  # a bound, not an LRU: models in use come back at once
+        _CONFIGS.clear()
+    _CONFIGS[file] = (stamp, config)
+    return config
 
 
 def safetensors_counts(path: str | Path) -> tuple[int, int] | None:

@@ -8,12 +8,9 @@ stays queued and the dispatcher's sweeper sends it later. Referenced ids that ar
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import os
 import re
-import stat
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
@@ -58,8 +55,8 @@ from core.capacity import (
 )
 from core.config import settings
 from core.db import session_factory
-from core.ids import new_id
 from core.integrations import check_tracking_uri
+from core.memory_plan import read_config
 from core.models import Checkpoint, ClusterNode, File, Job, Model, utcnow
 from core.storage import get_storage
 from workers import dispatch
@@ -185,50 +182,26 @@ def _checkpoint(db: Session, project_id: str, checkpoint_id: str, method: str) -
     return ckpt
 
 
-_MAX_CONFIG_BYTES = 1024**2
 _CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 """config.json fields that name a model's context window, in the order they are looked for."""
 
 
-_WINDOWS: dict[str, tuple[tuple[int, int, int], int | None]] = {}
-"""`_context_window`'s answers by config.json path, with the file's (inode, size, mtime) when read:
-every create of the same model reads it, and a file that changes gets read again."""
+def model_config(db: Session, ref: str) -> dict[str, Any] | None:
+    """The config.json of a local model (a directory, a Keel model or a checkpoint's export); None when
+    Keel cannot read it here (a hub id, an adapter directory, no or odd config). Shared: read only."""
+    path = (db.get(Model, ref).path if ref.startswith("model-") else checkpoints.local_export(db, ref)
+            if ref.startswith("ckpt-") else ref if ref.startswith("/") else None)
+    return read_config(path) if path else None
+
+
+def context_window(config: dict[str, Any] | None) -> int | None:
+    """The context window a model's config.json names, if any."""
+    values = [config.get(k) for k in _CONTEXT_KEYS] if config else []
+    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
 
 
 def _context_window(db: Session, ref: str) -> int | None:
-    """The context window from the config.json of a local model (a directory or a Keel model);
-    None when Keel cannot read it here (a hub id, an adapter directory, no or odd config)."""
-    path = (db.get(Model, ref).path if ref.startswith("model-") else checkpoints.local_export(db, ref)
-            if ref.startswith("ckpt-") else ref if ref.startswith("/") else None)
-    if not path:
-        return None
-    config = os.path.join(path, "config.json")
-    try:
-        st = os.stat(config)
-    except (OSError, ValueError):
-        return None
-    if not stat.S_ISREG(st.st_mode):  # (never open a FIFO or a device)
-        return None
-    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-    known = _WINDOWS.get(config)
-    if known is not None and known[0] == stamp:
-        return known[1]
-    window = _read_context_window(Path(config))
-    if len(_WINDOWS) >= 256:  # a bound, not an LRU: models in use come back at once
-        _WINDOWS.clear()
-    _WINDOWS[config] = (stamp, window)
-    return window
-
-
-def _read_context_window(config: Path) -> int | None:
-    try:
-        with config.open("rb") as f:
-            raw = f.read(_MAX_CONFIG_BYTES + 1)
-        data = json.loads(raw) if len(raw) <= _MAX_CONFIG_BYTES else None
-    except (OSError, ValueError):
-        return None
-    values = [data.get(k) for k in _CONTEXT_KEYS] if isinstance(data, dict) else []
-    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
+    return context_window(model_config(db, ref))
 
 
 def _check_context(db: Session, body: JobCreate) -> None:
@@ -391,14 +364,20 @@ _INSERT_QUEUED = insert(Job.__table__).returning(select(func.count()).where(
                                                  bindparam("queued_id", type_=Job.id.type))).scalar_subquery() + 1)
 """A new queued job's insert, returning its queue position: the queued jobs strictly ahead of it (its
 own row is not visible to the statement that writes it), plus itself. Built once."""
-_COLUMN_OF = {attr.key: attr.columns[0].key for attr in sa_inspect(Job).column_attrs}
+_COLUMNS = [(attr.key, attr.columns[0]) for attr in sa_inspect(Job).column_attrs]
 
 
 def _insert_queued(db: Session, job: Job) -> int:
-    """Insert a new queued `job` (given its id and created_at) and return its queue position, in one
-    statement: a Core insert of the attributes set on `job`, which stays out of the session (the
-    unit of work's flush and a separate count cost more than the rest of the insert)."""
-    values = {_COLUMN_OF[key]: value for key, value in job.__dict__.items() if key in _COLUMN_OF}
+    """Insert a new queued `job` and return its queue position, in one statement: a Core insert of
+    its attributes, which stays out of the session (the unit of work's flush and a separate count
+    cost more than the rest of the insert). Attributes left unset get their column's default first,
+    as a flush would give them (id, created_at, the empty dicts and counters), so `job` answers for
+    the row."""
+    for key, column in _COLUMNS:
+        if key not in job.__dict__ and column.default is not None:
+            default = column.default
+            setattr(job, key, default.arg(None) if default.is_callable else default.arg)
+    values = {column.key: job.__dict__[key] for key, column in _COLUMNS if key in job.__dict__}
     return int(db.scalar(_INSERT_QUEUED, {**values, "queued_project_id": job.project_id,
                                           "queued_created_at": job.created_at, "queued_id": job.id}))
 
@@ -456,11 +435,10 @@ def create_job(body: JobCreate, project: CurrentProject, caller: CurrentCaller, 
     memory_plan.refuse_unfit(plan)
     waiting = verdict.status == "wait"  # the sweeper sends it when the cluster has room
     claimed_at = None if waiting else utcnow()  # the outbox claim, made in the insert (workers.dispatch)
-    job = Job(id=new_id("job"), created_at=utcnow(), project_id=project.id, status="queued", method=body.method.type,
-              spec=spec, model=body.model, training_file_id=body.training_file,
-              validation_file_id=body.validation_file, seed=body.seed, meta=body.metadata,
-              queue_reason=verdict.code if waiting else None, created_by=caller.key_id, dispatched_at=claimed_at,
-              progress={}, latest_metrics={}, attempts=0, last_event_seq=0)
+    job = Job(project_id=project.id, status="queued", method=body.method.type, spec=spec, model=body.model,
+              training_file_id=body.training_file, validation_file_id=body.validation_file, seed=body.seed,
+              meta=body.metadata, queue_reason=verdict.code if waiting else None, created_by=caller.key_id,
+              dispatched_at=claimed_at)
     position = _insert_queued(db, job)
     logcontext.annotate(job_id=job.id)
     log.info("job created: %s", body.method.type)

@@ -10,10 +10,8 @@ trainer's operations one at a time in `seq` order on the trainer's Ray actor (`w
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Response
@@ -25,7 +23,7 @@ from api.deps import CurrentCaller, CurrentProject, SessionDep
 from api.errors import ApiError, not_found, problem_responses
 from api.idempotency import IdempotencyDep
 from api.pagination import AfterQuery, LimitQuery, page_of, paginate
-from api.routes.jobs import _context_window, _model_ref
+from api.routes.jobs import _model_ref, context_window, model_config
 from api.schemas.trainers import (
     ForwardBackwardRequest,
     LoadStateRequest,
@@ -49,7 +47,6 @@ log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1/trainers", tags=["trainers"])
 
-_MAX_CONFIG_BYTES = 1024**2
 
 
 def owned_trainer(trainer_id: Annotated[str, PathParam(max_length=64)], project: CurrentProject,
@@ -99,22 +96,6 @@ def operation_location(op: TrainerOperation) -> str:
 
 # -- creating --------------------------------------------------------------------------------------
 
-def _model_config(db: Session, ref: str) -> dict[str, Any]:
-    """The base model's config.json when this process can read it as a local file, else {}."""
-    path = (db.get(Model, ref).path if ref.startswith("model-") else checkpoints.local_export(db, ref)
-            if ref.startswith("ckpt-") else ref if ref.startswith("/") else None)
-    config = Path(path) / "config.json" if path else None
-    try:
-        if config is None or not config.is_file():
-            return {}
-        with config.open("rb") as f:
-            raw = f.read(_MAX_CONFIG_BYTES + 1)
-        data = json.loads(raw) if len(raw) <= _MAX_CONFIG_BYTES else None
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def _positive_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
@@ -151,13 +132,13 @@ def create_trainer(body: TrainerCreate, project: CurrentProject, caller: Current
     ref = _model_ref(db, project.id, body.model, "model")
     _admit(body)
     _admit_cluster(db, body)
-    config = _model_config(db, ref)
+    config = model_config(db, ref) or {}
     trainer = Trainer(
         project_id=project.id, status="active", model=ref, base_model_path=checkpoints.model_location(db, ref),
         lora=body.lora.model_dump(mode="json") if body.lora else None,
         resources=body.resources.model_dump(mode="json"), seed=body.seed, dtype=body.dtype,
         idle_timeout_s=body.idle_timeout_s, meta=body.metadata, vocab_size=_positive_int(config.get("vocab_size")),
-        context_window=_context_window(db, ref), created_by=caller.key_id, last_used_at=datetime.now(UTC))
+        context_window=context_window(config), created_by=caller.key_id, last_used_at=datetime.now(UTC))
     db.add(trainer)
     db.flush()
     trainers.append_event(db, trainer.id, "trainer.status", {"status": "active", "reason": "created"})
