@@ -219,8 +219,7 @@ class Decoder:
                  ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         """The decoder over `(rows, width)` left-padded prompts: (last position's hidden state
         `(rows, hidden)`, per layer the rotated keys and the values `(rows, kv_heads, width, head_dim)`)."""
-        batch, width = input_ids.shape
-        kvh, group, hd = self.kv_heads, self.heads // self.kv_heads, self.head_dim
+        width = input_ids.shape[1]
         valid = attention_mask.bool()
         x = self.embed_ids(input_ids)
         cos, sin = self.rotary((attention_mask.long().cumsum(-1) - 1).clamp(min=0), x.dtype)
@@ -232,22 +231,38 @@ class Decoder:
         mask = mask[:, None]  # (rows, 1, width, width)
         kv = []
         for layer in self.layers:
-            h = rms_norm(x, layer.ln1, layer.eps1)
-            q = layer.q(h).view(batch, width, self.heads, hd).transpose(1, 2)
-            k = layer.k(h).view(batch, width, kvh, hd).transpose(1, 2)
-            v = layer.v(h).view(batch, width, kvh, hd).transpose(1, 2)
-            q = q * cos + swap_halves(q) * sin
-            k = k * cos + swap_halves(k) * sin
+            x, k, v = self.layer_forward(layer, x, cos, sin, mask)
             kv.append((k, v))
-            if group > 1:
-                k = k[:, :, None].expand(batch, kvh, group, width, hd).reshape(batch, self.heads, width, hd)
-                v = v[:, :, None].expand(batch, kvh, group, width, hd).reshape(batch, self.heads, width, hd)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
-            out = out.transpose(1, 2).reshape(batch, width, self.heads * hd)
-            x = x + layer.o(out)
-            h = rms_norm(x, layer.ln2, layer.eps2)
-            x = x + layer.down(F.silu(layer.gate(h)) * layer.up(h))
         return x[:, -1], kv
+
+    def layer_forward(self, layer: _Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+                      past: tuple[torch.Tensor, torch.Tensor] | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One decoder layer over `x` `(rows, width, hidden)`, with cos/sin `(rows, 1, width, hd)` and an
+        additive `mask` `(rows, 1, width, keys)`; `past`: rotated keys and values `(rows, kv_heads, p, hd)`
+        the queries also attend to, ahead of their own (keys = p + width). Returns the new `x` and this
+        call's own rotated keys and values `(rows, kv_heads, width, hd)`."""
+        batch, width = x.shape[:2]
+        kvh, group, hd = self.kv_heads, self.heads // self.kv_heads, self.head_dim
+        h = rms_norm(x, layer.ln1, layer.eps1)
+        q = layer.q(h).view(batch, width, self.heads, hd).transpose(1, 2)
+        k = layer.k(h).view(batch, width, kvh, hd).transpose(1, 2)
+        v = layer.v(h).view(batch, width, kvh, hd).transpose(1, 2)
+        q = q * cos + swap_halves(q) * sin
+        new_k = k = k * cos + swap_halves(k) * sin
+        new_v = v
+        if past is not None:
+            k = torch.cat([past[0].to(k.dtype), k], dim=2)
+            v = torch.cat([past[1].to(v.dtype), v], dim=2)
+        if group > 1:
+            length = k.shape[2]
+            k = k[:, :, None].expand(batch, kvh, group, length, hd).reshape(batch, self.heads, length, hd)
+            v = v[:, :, None].expand(batch, kvh, group, length, hd).reshape(batch, self.heads, length, hd)
+        # The mask holds only 0 and -inf, exact in any float dtype: cast to the queries' (autocast) one.
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), scale=self.scale)
+        x = x + layer.o(out.transpose(1, 2).reshape(batch, width, self.heads * hd))
+        h = rms_norm(x, layer.ln2, layer.eps2)
+        return x + layer.down(F.silu(layer.gate(h)) * layer.up(h)), new_k, new_v
 
     @torch.inference_mode()
     def step(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from engine import decode
@@ -57,14 +56,9 @@ def row_groups(input_ids: torch.Tensor, prompt_lens: torch.Tensor) -> list[list[
     if len(set(lens)) == len(lens):  # no two prompts of the same length: nothing to compare
         return [[i] for i in range(len(lens))]
     groups: dict[tuple[int, ...], list[int]] = {}
-    for i, (row, n) in enumerate(zip(input_ids.tolist(), lens, strict=True)):
+    for i, (row, n) in enumerate(zip(input_ids[:, :max(lens)].tolist(), lens, strict=True)):
         groups.setdefault(tuple(row[:n]), []).append(i)
     return list(groups.values())
-
-
-def shares_prompts(input_ids: torch.Tensor, prompt_lens: torch.Tensor) -> bool:
-    """Whether some rows of `(batch, seq)` repeat another row's prompt."""
-    return len(row_groups(input_ids, prompt_lens)) < len(prompt_lens)
 
 
 def supports(model: nn.Module) -> bool:
@@ -87,7 +81,7 @@ def supports(model: nn.Module) -> bool:
 
 
 def response_logits(model: nn.Module, input_ids: torch.Tensor, prompt_lens: torch.Tensor,
-                    responses: torch.Tensor) -> torch.Tensor:
+                    responses: torch.Tensor, groups: list[list[int]] | None = None) -> torch.Tensor:
     """Logits scoring each response token, each distinct prompt computed once.
 
     Equals `engine.models.logits_at(model, input_ids, attention_mask, response_positions(...))` on
@@ -97,13 +91,14 @@ def response_logits(model: nn.Module, input_ids: torch.Tensor, prompt_lens: torc
         input_ids: `(batch, seq)` right-padded prompt + response rows (only the prompts are read).
         prompt_lens: `(batch,)` real prompt tokens per row (each >= 1).
         responses: `(batch, R)` response tokens, right-padded.
+        groups: `row_groups(input_ids, prompt_lens)` when the caller has it already.
 
     Returns:
         `(batch, R, vocab)`: position `j` holds the logits that predict response token `j`.
     """
     dec = decode.Decoder(model)
     ids, mask = left_padded_prompts(input_ids, prompt_lens)
-    groups = row_groups(input_ids, prompt_lens)
+    groups = groups or row_groups(input_ids, prompt_lens)
     n = len(groups[0])
     if all(g == list(range(k * n, (k + 1) * n)) for k, g in enumerate(groups)):
         # Groups of n adjacent rows (`iter_micro_batches` keeps them so): a broadcast copies each
@@ -137,8 +132,6 @@ def _responses(dec: decode.Decoder, tokens: torch.Tensor, prompt_lens: torch.Ten
     (`expand` maps a per-group tensor to rows; `prompt_mask` `(batch, P)` bool, left-padded) and
     causally to each other; returns the last layer's hidden states `(batch, r, hidden)`."""
     batch, width = tokens.shape
-    heads, kvh, hd = dec.heads, dec.kv_heads, dec.head_dim
-    group = heads // kvh
     x = dec.embed_ids(tokens)
     cos, sin = dec.rotary(prompt_lens[:, None] + torch.arange(width, device=tokens.device), x.dtype)
     cos, sin = cos[:, None], sin[:, None]  # (batch, 1, r, hd)
@@ -148,20 +141,5 @@ def _responses(dec: decode.Decoder, tokens: torch.Tensor, prompt_lens: torch.Ten
     allowed = torch.cat([prompt_ok, causal.expand(batch, -1, -1)], dim=2)
     mask = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device).masked_fill_(~allowed, float("-inf"))[:, None]
     for layer, (pk, pv) in zip(dec.layers, prompt_kv, strict=True):
-        h = decode.rms_norm(x, layer.ln1, layer.eps1)
-        q = layer.q(h).view(batch, width, heads, hd).transpose(1, 2)
-        k = layer.k(h).view(batch, width, kvh, hd).transpose(1, 2)
-        v = layer.v(h).view(batch, width, kvh, hd).transpose(1, 2)
-        q = q * cos + decode.swap_halves(q) * sin
-        k = k * cos + decode.swap_halves(k) * sin
-        k = torch.cat([expand(pk).to(k.dtype), k], dim=2)
-        v = torch.cat([expand(pv).to(v.dtype), v], dim=2)
-        if group > 1:
-            length = k.shape[2]
-            k = k[:, :, None].expand(batch, kvh, group, length, hd).reshape(batch, heads, length, hd)
-            v = v[:, :, None].expand(batch, kvh, group, length, hd).reshape(batch, heads, length, hd)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), scale=dec.scale)
-        x = x + layer.o(out.transpose(1, 2).reshape(batch, width, heads * hd))
-        h = decode.rms_norm(x, layer.ln2, layer.eps2)
-        x = x + layer.down(F.silu(layer.gate(h)) * layer.up(h))
+        x, _, _ = dec.layer_forward(layer, x, cos, sin, mask, past=(expand(pk), expand(pv)))
     return x

@@ -149,8 +149,9 @@ def policy_log_probs(model: nn.Module, mb: Batch, *, temperature: float,
     token: `grad` keeps it in the graph (a loss term), `metric` computes it detached, so backward
     stores nothing for it.
     """
-    if prefix.shares_prompts(mb["input_ids"], mb["prompt_lens"]) and prefix.supports(model):
-        logits = prefix.response_logits(model, mb["input_ids"], mb["prompt_lens"], mb["responses"]).float()
+    groups = prefix.row_groups(mb["input_ids"], mb["prompt_lens"])
+    if len(groups) < len(mb["prompt_lens"]) and prefix.supports(model):
+        logits = prefix.response_logits(model, mb["input_ids"], mb["prompt_lens"], mb["responses"], groups).float()
     else:
         positions = response_positions(mb["prompt_lens"], mb["responses"].shape[1], mb["input_ids"].shape[1])
         logits = logits_at(model, mb["input_ids"], mb["attention_mask"], positions).float()

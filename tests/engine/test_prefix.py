@@ -65,8 +65,9 @@ def test_shared_prompt_logits_and_gradients_equal_the_per_row_forward(demo_asset
     assert prefix.supports(model)
     batch = trim(grouped_batch(prompt_ids))
     mask = batch["response_mask"].bool()
-    assert prefix.shares_prompts(batch["input_ids"], batch["prompt_lens"])
-    assert not prefix.shares_prompts(batch["input_ids"][::3], batch["prompt_lens"][::3])
+    assert len(prefix.row_groups(batch["input_ids"], batch["prompt_lens"])) < len(batch["prompt_lens"])
+    every_third = prefix.row_groups(batch["input_ids"][::3], batch["prompt_lens"][::3])
+    assert len(every_third) == len(batch["prompt_lens"][::3])  # no two rows share a prompt
     params = [p for p in model.parameters() if p.requires_grad]
     expected = reference_logits(model, batch)
     got = prefix.response_logits(model, batch["input_ids"], batch["prompt_lens"], batch["responses"])
