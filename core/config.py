@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -152,7 +153,7 @@ class Settings(BaseSettings):
     def model_roots(self) -> list[str]:
         """Allowed base-model directories (default: HOME/models); Keel's own outputs are always allowed."""
         roots = self.MODEL_ROOTS or [str(self.home / "models")]
-        return [str(Path(r).expanduser().resolve()) for r in roots]
+        return [os.path.realpath(os.path.expanduser(r)) for r in roots]  # (Path.resolve's answer, faster)
 
 
 settings = Settings()

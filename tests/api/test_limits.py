@@ -46,6 +46,20 @@ def test_every_answer_shows_the_budget(client, auth, monkeypatch):
     assert "X-RateLimit-Limit" not in client.get("/healthz").headers  # not a keyed request
 
 
+def test_a_route_taking_the_project_and_the_caller_counts_one_request(client, auth, monkeypatch):
+    """`CurrentProject` and `CurrentCaller` each authenticate, but a request is admitted (and counted)
+    once: the second finds the first one's caller."""
+    monkeypatch.setattr(settings, "RATE_LIMIT_PER_MINUTE", 50)
+    monkeypatch.setattr(ratelimit, "rate_limiter", ratelimit.RateLimiter(settings.REDIS_URL, prefix=_prefix()))
+    seen = []
+    for _ in range(3):  # both dependencies, refused afterwards for its body
+        r = client.post("/v1/fine_tuning/jobs", json={}, headers=auth)
+        assert r.status_code == 400, r.text
+        seen.append(int(r.headers["X-RateLimit-Remaining"]))
+    assert seen == [49, 48, 47]
+    assert ratelimit.rate_limiter.redis_calls == 3
+
+
 def test_two_limiters_on_one_redis_share_the_budget():
     """What two API processes hold: separate limiter objects, one Redis."""
     prefix = _prefix()

@@ -92,6 +92,34 @@ def test_a_channel_with_a_new_pool_gets_a_new_client(queue):
             assert client is channel._keel_client
 
 
+def test_the_queue_is_declared_once_per_connection(queue, monkeypatch):
+    """`_declare`: kombu's declaration of the job queue happens on a connection's first publish and
+    again after a reconnect (which empties the connection's `declared_entities`), not on every publish."""
+    from kombu.messaging import Producer
+
+    name, broker = queue
+    declared = []
+    real = Producer.maybe_declare
+
+    def counting(self, entity, retry=False, **policy):
+        declared.append(entity.name)
+        return real(self, entity, retry, **policy)
+
+    monkeypatch.setattr(Producer, "maybe_declare", counting)
+    with celery_app.producer_or_acquire() as producer:
+        connection = producer.__connection__
+    connection.declared_entities.clear()  # as a reconnect leaves it
+    dispatch._publish("job-test-0")
+    assert declared == [name]
+    for i in range(1, 4):
+        dispatch._publish(f"job-test-{i}")
+    assert declared == [name]
+    connection.declared_entities.clear()
+    dispatch._publish("job-test-4")
+    assert declared == [name, name]
+    assert len(_sent(broker, name)) == 5
+
+
 def test_a_down_broker_still_answers_within_the_publish_retry_policy(monkeypatch):
     """`_PUBLISH_RETRY` bounds a publish to a broker that refuses connections (about a second), so
     the API never hangs on it; nothing of `_keep_client` may connect outside that policy."""
