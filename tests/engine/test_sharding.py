@@ -234,8 +234,11 @@ def test_ppo_fsdp2_actor_and_critic_match_ddp(demo_assets, ray_local, tmp_path):
     (ddp, ddp_w), (fsdp, fsdp_w) = out["ddp"], out["fsdp2"]
     for name in ("actor/pg_loss", "critic/vf_loss", "actor/grad_norm", "critic/grad_norm"):
         assert fsdp.series(name) == pytest.approx(ddp.series(name), rel=1e-4, abs=1e-7), name
+    # ddp's plain CPU parameters step with the fused AdamW kernel, fsdp2's DTensor shards with foreach:
+    # their rounding differs, and Adam's normalisation lifts it near zero gradients, to about 2e-6
+    # after two steps; a wrong update would be off by about a step (lr 1e-4).
     for key, value in ddp_w.items():
-        torch.testing.assert_close(fsdp_w[key], value, rtol=1e-4, atol=1e-6, msg=key)
+        torch.testing.assert_close(fsdp_w[key], value, rtol=1e-4, atol=1e-5, msg=key)
     name = "perf/model_state_bytes_per_worker"
     assert fsdp.series(name)[-1] <= 0.6 * ddp.series(name)[-1]
     assert set(os.listdir(os.path.join(tmp_path, "fsdp2", "ckpt", "step_2", "actor"))) >= {

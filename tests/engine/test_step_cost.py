@@ -162,10 +162,25 @@ def test_guardrail_log_probs_come_from_the_last_epoch_without_another_forward(de
     assert not torch.equal(out["log_probs"], batch["old_log_probs"])
 
 
-def test_adamw_is_multi_tensor(demo_assets):
+def test_adamw_is_fused_on_plain_cpu_parameters(demo_assets):
     model = load_policy(demo_assets["model"], ModelConfig())
     optimizer = build_optimizer(model, OptimConfig())
-    assert optimizer.defaults["foreach"] is True  # CPU; `fused` on CUDA
+    assert optimizer.defaults["fused"] is True and not optimizer.defaults["foreach"]
+    # Its step is AdamW's: the same update as the reference loop, to float rounding.
+    reference = load_policy(demo_assets["model"], ModelConfig())
+    plain = torch.optim.AdamW([p for p in reference.parameters() if p.requires_grad], lr=OptimConfig().lr,
+                              betas=tuple(OptimConfig().betas), weight_decay=OptimConfig().weight_decay,
+                              foreach=False)
+    for mine, theirs in zip((p for p in model.parameters() if p.requires_grad),
+                            (p for p in reference.parameters() if p.requires_grad), strict=True):
+        mine.grad = torch.full_like(mine, 0.01)
+        theirs.grad = torch.full_like(theirs, 0.01)
+    for _ in range(3):
+        optimizer.step()
+        plain.step()
+    for mine, theirs in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-6, atol=1e-7)
+    assert not torch.equal(next(model.parameters()), next(load_policy(demo_assets["model"], ModelConfig()).parameters()))
 
 
 def test_snapshot_reuses_its_buffers_and_restores_exactly(demo_assets, prompts):
