@@ -71,19 +71,22 @@ def retry_db(fn: Callable[[], T], *, budget_s: float = DB_RETRY_BUDGET_S, what: 
 
 
 def json_safe(value: Any) -> Any:
-    """JSON-ready copy: non-finite floats become null (PostgreSQL's JSONB has no NaN), numpy and
-    torch scalars become Python numbers, tuples become lists."""
-    if isinstance(value, bool) or value is None or isinstance(value, str | int):
+    """JSON-ready copy: non-finite floats become null (PostgreSQL's JSONB has no NaN), NUL characters
+    in strings become U+FFFD (JSONB refuses them; sampled text can hold one, its token ids stay
+    exact), numpy and torch scalars become Python numbers, tuples become lists."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    if isinstance(value, bool) or value is None or isinstance(value, int):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, Mapping):
-        return {str(k): json_safe(v) for k, v in value.items()}
+        return {json_safe(str(k)): json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [json_safe(v) for v in value]
     if hasattr(value, "item"):
         return json_safe(value.item())
-    return str(value)
+    return json_safe(str(value))
 
 
 def status_event(status: str) -> tuple[str, dict[str, Any]]:

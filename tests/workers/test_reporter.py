@@ -169,3 +169,19 @@ def test_heartbeat_beats_and_reports_a_lost_job(running_job):
         with session_scope() as db:  # the sweeper re-queued it
             db.execute(update(Job).where(Job.id == running_job).values(status="queued"))
         wait_for(lost.is_set, 5, what="on_lost")
+
+
+def test_json_safe_text_with_a_nul_is_stored(running_job):
+    """PostgreSQL's JSONB refuses NUL in a string (a sampled token can decode to one): `json_safe` turns
+    it into U+FFFD, so the row is written instead of failing its transaction."""
+    from workers.reporter import json_safe
+
+    value = {"text\x00key": ["a\x00b", 1.5, float("nan")]}
+    safe = json_safe(value)
+    assert safe == {"text\ufffdkey": ["a\ufffdb", 1.5, None]}
+    with session_scope() as db:
+        db.execute(update(Job).where(Job.id == running_job).values(result_files=[safe]))
+    with session_scope() as db:
+        assert db.scalar(select(Job.result_files).where(Job.id == running_job)) == [safe]
+        with pytest.raises(Exception, match="0000"):  # what it guards against
+            db.execute(update(Job).where(Job.id == running_job).values(result_files=[value]))
