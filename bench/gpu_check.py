@@ -437,7 +437,7 @@ def run(device: str, tiny: bool, work: Path, steps: int | None = None) -> dict[s
             "intermediate_size", "vocab_size")}, "params": counts["params"]},
         "knobs": KNOBS,
         "executor": "local",
-        "gemm_peak_tflops": round(peak_tflops, 2),
+        "gemm_peak_tflops": float(f"{peak_tflops:.3g}"),  # 3 significant digits: a loaded CPU gives a few GFLOP/s
         "phases": {
             "sft": supervised_figures(sft_steps, 6 * n_lm, peak_flops, sft_mem),
             "rm": supervised_figures(rm_steps, 6 * n_v, peak_flops, rm_mem),
