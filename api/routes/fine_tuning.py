@@ -342,9 +342,10 @@ def pause_fine_tuning_job(job: OwnedJob, db: SessionDep):
     """Keel's pause (`POST /v1/jobs/{id}/pause`); a job that is not queued or running is a 400."""
     change = pauses.pause(db, job, error_status=400)
     db.commit()
+    db.refresh(job)  # the state this request committed: once dispatched, a worker may move it on
+    public = fine_tuning_job(job)
     pauses.after_commit(change)
-    db.refresh(job)
-    return fine_tuning_job(job)
+    return public
 
 
 @router.post("/jobs/{job_id}/resume", summary="Resume a fine-tuning job", response_model=FineTuningJob,
@@ -353,9 +354,10 @@ def resume_fine_tuning_job(job: OwnedJob, db: SessionDep):
     """Keel's resume (`POST /v1/jobs/{id}/resume`); a job that is not paused is a 400."""
     change = pauses.resume(db, job, error_status=400)
     db.commit()
+    db.refresh(job)  # the state this request committed: once dispatched, a worker may move it on
+    public = fine_tuning_job(job)
     pauses.after_commit(change)
-    db.refresh(job)
-    return fine_tuning_job(job)
+    return public
 
 
 # -- events, checkpoints, results -------------------------------------------------------------------
