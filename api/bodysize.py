@@ -35,7 +35,7 @@ def _problem(request: Request, limit: int):
 
 
 class BodySizeLimit:
-    """Plain ASGI (see RequestIdMiddleware)."""
+    """Plain ASGI (see `api.middleware`)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

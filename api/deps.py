@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 from fastapi import Depends, Request
@@ -56,11 +56,6 @@ async def _authenticated(request: Request, credentials: HTTPAuthorizationCredent
     return caller
 
 
-async def get_current_project(request: Request, credentials: Credentials) -> Project:
-    """The caller's project (see `_authenticated`)."""
-    return (await _authenticated(request, credentials)).project
-
-
 def _identify(key: str) -> Caller | None:
     with session_factory()() as db:
         return identify_remembering(db, key)
@@ -97,15 +92,26 @@ def _admit(request: Request, caller: Caller, budget: ratelimit.Budget | None) ->
     return caller.project
 
 
+class _ApiKey(HTTPBearer):
+    """The bearer scheme, authenticating as it reads the header: one dependency with no sub-dependency
+    for FastAPI to solve per request (rather than an authenticating dependency on `bearer`). Documented
+    as `bearer` is (the same scheme name and model), so the OpenAPI document does not change."""
+
+    def __init__(self, *, project: bool) -> None:
+        super().__init__(auto_error=False, description=bearer.model.description, scheme_name=bearer.scheme_name)
+        self.project = project
+
+    async def __call__(self, request: Request) -> Any:  # type: ignore[override]
+        caller = await _authenticated(request, await super().__call__(request))
+        return caller.project if self.project else caller
+
+
+get_current_project = _ApiKey(project=True)
+"""The caller's project (see `_authenticated`)."""
 CurrentProject = Annotated[Project, Depends(get_current_project)]
 
-
-async def get_caller(request: Request, credentials: Credentials) -> Caller:
-    """The authenticated key behind the request (its project, id and scope). Authenticates itself
-    rather than through `get_current_project`: one dependency fewer for FastAPI to solve."""
-    return await _authenticated(request, credentials)
-
-
+get_caller = _ApiKey(project=False)
+"""The authenticated key behind the request (its project, id and scope)."""
 CurrentCaller = Annotated[Caller, Depends(get_caller)]
 
 

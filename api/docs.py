@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
@@ -73,6 +74,22 @@ def problem_json_errors(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+def paths_in_order(schema: dict[str, Any], routers: Sequence[APIRouter]) -> dict[str, Any]:
+    """The document's paths in the order of `routers` (FastAPI lists them in the order the app routes
+    them); paths of no router in it keep their places, before the others. Idempotent."""
+    position: dict[str, int] = {}
+    for router in routers:
+        for route in router.routes:
+            path = getattr(route, "path", None)
+            if isinstance(path, str):
+                position.setdefault(path, len(position))
+    paths = schema.get("paths", {})
+    ordered = sorted(paths, key=lambda p: position.get(p, -1))
+    if ordered != list(paths):
+        schema["paths"] = {p: paths[p] for p in ordered}
+    return schema
+
+
 def assets_dir() -> Path:
     """The directory of the packaged Swagger UI and ReDoc bundles."""
     spec = importlib.util.find_spec("fastapi_offline")
@@ -85,13 +102,15 @@ def assets_dir() -> Path:
     return static
 
 
-def install(app: FastAPI) -> None:
-    """Finish the OpenAPI document; register `/docs`, `/redoc` and the asset mount (none of them in it)."""
+def install(app: FastAPI, documented: Sequence[APIRouter] = ()) -> None:
+    """Finish the OpenAPI document; register `/docs`, `/redoc` and the asset mount (none of them in it).
+    `documented`: the app's routers in the order the document lists their paths, whatever order the
+    app includes (and so matches) them in."""
     app.openapi_tags = TAGS
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
-        return problem_json_errors(generate())
+        return problem_json_errors(paths_in_order(generate(), documented))
 
     app.openapi = openapi  # type: ignore[method-assign]
     app.mount(ASSETS_PATH, StaticFiles(directory=assets_dir()), name="docs-assets")

@@ -48,6 +48,7 @@ def _fingerprint(method: str, path: str, body: bytes) -> str:
 class Idempotency:
     key: str | None
     fingerprint: str
+    """Of the request (`_fingerprint`); empty without a key, when nothing reads it."""
 
     def _cutoff(self) -> datetime:
         return datetime.now(UTC) - timedelta(seconds=settings.IDEMPOTENCY_TTL_S)
@@ -98,8 +99,12 @@ async def idempotency(request: Request, idempotency_key: Annotated[str | None, H
         description="Any unique string (e.g. a UUID): a retry with the same key and body returns the first "
                     f"response instead of acting twice. Kept {settings.IDEMPOTENCY_TTL_S // 3600} hours.")] = None,
                       ) -> Idempotency:
-    body = await request.body() if idempotency_key is not None else b""
-    return Idempotency(idempotency_key, _fingerprint(request.method, request.url.path, body))
+    if idempotency_key is None:  # nothing to remember or compare: no fingerprint to take
+        return _NO_KEY
+    return Idempotency(idempotency_key, _fingerprint(request.method, request.url.path, await request.body()))
+
+
+_NO_KEY = Idempotency(None, "")
 
 
 IdempotencyDep = Annotated[Idempotency, Depends(idempotency)]

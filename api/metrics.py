@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import time
 from collections.abc import Iterator
 
 from fastapi import APIRouter, Request, Response
@@ -33,7 +32,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from api.errors import problem_response
 from core.clock import db_now
@@ -99,33 +98,8 @@ class JobsCollector(Collector):
 REGISTRY.register(JobsCollector())
 
 
-class HttpMetrics:
-    """Counts and times every HTTP request by route template. Plain ASGI (see RequestIdMiddleware)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start = time.perf_counter()
-        status = 500  # nothing sent: the server answers 500
-
-        async def timed_send(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                LATENCY.labels(scope["method"], _route(scope)).observe(time.perf_counter() - start)
-            await send(message)
-
-        try:
-            await self.app(scope, receive, timed_send)
-        finally:
-            REQUESTS.labels(scope["method"], _route(scope), str(status)).inc()
-
-
-def _route(scope: Scope) -> str:
+def route_label(scope: Scope) -> str:
+    """The `route` label: the matched route's template, else `unmatched` (`api.middleware`)."""
     route = scope.get("route")
     path = getattr(route, "path", None)
     return path if isinstance(path, str) and path else "unmatched"

@@ -58,8 +58,7 @@ from fastapi.responses import StreamingResponse
 from limits import RateLimitItemPerSecond
 from limits.storage import MemoryStorage
 from limits.strategies import SlidingWindowCounterRateLimiter
-from starlette.datastructures import MutableHeaders
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from api import metrics
 from api.errors import ApiError
@@ -425,30 +424,6 @@ class LeasedStream(StreamingResponse):
                     renewed = time.monotonic()
                     await anyio.to_thread.run_sync(self.slots.renew, self.lease)
                 yield chunk
-
-
-class RateLimitHeaders:
-    """Puts the `X-RateLimit-*` headers that authentication left in `request.state.rate_limit` on
-    the response. Plain ASGI, like the request-id middleware."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                budget = scope.get("state", {}).get("rate_limit")
-                if budget is not None:
-                    headers = MutableHeaders(scope=message)
-                    for name, value in budget.headers().items():
-                        headers[name] = value
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
 
 
 rate_limiter = RateLimiter(settings.REDIS_URL or None)
