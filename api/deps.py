@@ -39,9 +39,6 @@ SessionDep = Annotated[Session, Depends(get_db)]
 bearer = HTTPBearer(auto_error=False, description="A project API key: `Authorization: Bearer keel_...`")
 
 
-Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
-
-
 async def _authenticated(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Caller:
     """`check_project` on the event loop: a key in the key cache (`core.key_cache`) and the rate
     limiter's Redis round trip need no worker thread; only a key not cached is looked up in one, in a

@@ -340,9 +340,14 @@ def cancel_fine_tuning_job(job: OwnedJob, project: CurrentProject, db: SessionDe
              responses=problem_responses(400, 401, 404, 429))
 def pause_fine_tuning_job(job: OwnedJob, db: SessionDep):
     """Keel's pause (`POST /v1/jobs/{id}/pause`); a job that is not queued or running is a 400."""
-    change = pauses.pause(db, job, error_status=400)
+    return _committed(db, job, pauses.pause(db, job, error_status=400))
+
+
+def _committed(db: Session, job: Job, change: pauses.Change) -> FineTuningJob:
+    """Commit a pause or resume and answer with the state it committed, read before the change is
+    dispatched (a worker may move the job on at once)."""
     db.commit()
-    db.refresh(job)  # the state this request committed: once dispatched, a worker may move it on
+    db.refresh(job)
     public = fine_tuning_job(job)
     pauses.after_commit(change)
     return public
@@ -352,12 +357,7 @@ def pause_fine_tuning_job(job: OwnedJob, db: SessionDep):
              responses=problem_responses(400, 401, 404, 429))
 def resume_fine_tuning_job(job: OwnedJob, db: SessionDep):
     """Keel's resume (`POST /v1/jobs/{id}/resume`); a job that is not paused is a 400."""
-    change = pauses.resume(db, job, error_status=400)
-    db.commit()
-    db.refresh(job)  # the state this request committed: once dispatched, a worker may move it on
-    public = fine_tuning_job(job)
-    pauses.after_commit(change)
-    return public
+    return _committed(db, job, pauses.resume(db, job, error_status=400))
 
 
 # -- events, checkpoints, results -------------------------------------------------------------------
