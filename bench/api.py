@@ -30,8 +30,9 @@ app's (`post_cpu_ratio`, `get_cpu_ratio`); over the rounds: their median/min/max
    publish) from a separate process, each stamped with its send time; lag = receive time - send time
    per subscriber and event (same host clock); delivered / expected, p50/p99 lag, errors.
 
---profile DIR: py-spy (`KEEL_BENCH_PY_SPY`, else `py-spy` on PATH) samples the Keel server during the
-first round's POST and GET phases and writes collapsed stacks to DIR (`keel_post.txt`, `keel_get.txt`);
+--profile DIR: py-spy (`KEEL_BENCH_PY_SPY`, else `py-spy` on PATH) samples each server during the
+first round's POST and GET phases and writes collapsed stacks to DIR (`keel_post.txt`, `keel_get.txt`,
+`bare_post.txt`, `bare_get.txt`: the same stack below the handlers, so they compare frame by frame);
 sampling costs the server CPU, so take figures from a run without it.
 
 The load generator runs on the same 2 cores as the servers: figures are for the pair.
@@ -307,13 +308,14 @@ class _Profiler:
             raise SystemExit("--profile needs py-spy (pip install py-spy, or KEEL_BENCH_PY_SPY=/path/to/py-spy)")
 
     @contextlib.asynccontextmanager
-    async def phase(self, name: str, active: bool):
-        if not (self.directory and active and self.pid):
+    async def phase(self, name: str, active: bool, pid: int | None = None):
+        pid = pid or self.pid
+        if not (self.directory and active and pid):
             yield
             return
         Path(self.directory).mkdir(parents=True, exist_ok=True)
         proc = await asyncio.create_subprocess_exec(
-            self.exe, "record", "--pid", str(self.pid), "--subprocesses", "--gil", "--format", "raw", "--rate", "250",
+            self.exe, "record", "--pid", str(pid), "--subprocesses", "--gil", "--format", "raw", "--rate", "250",
             "--output", str(Path(self.directory) / f"{name}.txt"),
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
         await asyncio.sleep(1.0)  # py-spy attaches
@@ -379,7 +381,8 @@ async def run(url: str, key: str, args, server_pid: int | None = None, bare_url:
                 async with profiler.phase("keel_post", n == 0):
                     out["keel_post"] = await run_load(True, create)
             elif bare_url:
-                out["bare_insert"] = await run_load(False, insert)
+                async with profiler.phase("bare_post", n == 0, bare_pid):
+                    out["bare_insert"] = await run_load(False, insert)
         ids = [res.json()["id"] for res in out["keel_post"].pop("_results")]
         if not ids:
             raise SystemExit(f"no job could be created: {out['keel_post']}")
@@ -396,7 +399,8 @@ async def run(url: str, key: str, args, server_pid: int | None = None, bare_url:
                 async with profiler.phase("keel_get", n == 0):
                     out["keel_get"] = await run_load(True, retrieve)
             elif items:
-                out["bare_select"] = await run_load(False, select_)
+                async with profiler.phase("bare_get", n == 0, bare_pid):
+                    out["bare_select"] = await run_load(False, select_)
         for phase in out.values():
             phase.pop("_results", None)
         if bare_url:
@@ -450,7 +454,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--connect-concurrency", type=int, default=16,
                    help="SSE subscribers connecting at once (0: all at once, a connection storm)")
     p.add_argument("--server-workers", type=int, default=1, help="uvicorn worker processes (both apps)")
-    p.add_argument("--profile", metavar="DIR", help="py-spy the Keel server in round 1 (collapsed stacks in DIR)")
+    p.add_argument("--profile", metavar="DIR", help="py-spy both servers in round 1 (collapsed stacks in DIR)")
     p.add_argument("--json", action="store_true", help="print one JSON line")
     args = p.parse_args(argv)
     if args.rounds < 1:

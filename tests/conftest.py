@@ -149,6 +149,20 @@ def other_auth(other_project_key) -> dict[str, str]:
 
 
 @pytest.fixture
+def awaiting_dispatch(database):
+    """Whether a job is what a create leaves for the workers' sweepers (`workers.dispatch`): queued,
+    never sent, and not waiting for resources (sent as soon as a sweeper is woken)."""
+    from core.db import session_factory
+    from core.models import Job
+
+    def check(job_id: str) -> bool:
+        with session_factory()() as db:
+            row = db.get(Job, job_id)
+            return (row.status, row.dispatched_at, row.queue_reason) == ("queued", None, None)
+    return check
+
+
+@pytest.fixture
 def dispatched(monkeypatch) -> list[str]:
     """No broker for the API's enqueues in this process: the job ids it sent (tests that need the other
     `workers.dispatch` calls define their own)."""
@@ -250,6 +264,7 @@ def celery_worker(database, ray_cluster):
 
     from workers.celery_app import CONTROL_QUEUE, JOB_QUEUE
 
+    _cancel_leftover_jobs()
     log = _HOME / "celery-worker.log"
     argv = [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker", "-Q", f"{JOB_QUEUE},{CONTROL_QUEUE}",
             "--pool=prefork", "--concurrency=1", "--loglevel=INFO", "--without-gossip", "--without-mingle",
@@ -263,6 +278,18 @@ def celery_worker(database, ray_cluster):
         yield proc
     finally:
         _stop_group(proc, grace=30)
+
+
+def _cancel_leftover_jobs() -> None:
+    """Jobs that tests before the worker started left queued (created over the API and never meant to
+    run) would be sent by its sweeper, which sends every queued job nobody sent: they are cancelled."""
+    from sqlalchemy import update
+
+    from core.db import session_scope
+    from core.models import Job, utcnow
+
+    with session_scope() as db:
+        db.execute(update(Job).where(Job.status == "queued").values(status="cancelled", finished_at=utcnow()))
 
 
 def pytest_collection_modifyitems(config, items):

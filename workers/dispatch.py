@@ -3,17 +3,16 @@ ask for a cancel or a pause. No torch, ray or engine imports.
 
 The job table is the outbox: `job.dispatched_at` stays null until the broker accepted the task. A
 sender first claims the job with a conditional UPDATE (so two senders never both send), then
-publishes, and un-claims it if the broker refused. Whatever is left undispatched, the sweeper
-(`workers.sweeper`) sends later: an accepted job is never lost to a broker outage. The API claims a
-job it creates in the insert itself (`claimed`): no sweeper can have sent a row nobody has seen yet.
+publishes, and un-claims it if the broker refused. The workers' sweepers (`workers.sweeper`) send
+what is left undispatched, woken by PostgreSQL as soon as such a row is committed
+(`workers.wakeup`): every job the API creates, and any the broker refused. An accepted job is never
+lost to a broker outage, and a create never waits for the broker.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
-from contextvars import ContextVar
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -42,28 +41,10 @@ def broker_reachable(timeout: float = 2.0) -> bool:
         return False
 
 
-_CLAIMED: ContextVar[tuple[str, datetime] | None] = ContextVar("keel_dispatch_claimed", default=None)
-
-
-@contextmanager
-def claimed(job_id: str, at: datetime) -> Iterator[None]:
-    """Within this block `enqueue_job(job_id)` only publishes: the job's creator committed it with
-    `dispatched_at = at` (the claim made in the insert: one UPDATE and commit fewer per create). A
-    refused publish still undoes the claim."""
-    token = _CLAIMED.set((job_id, at))
-    try:
-        yield
-    finally:
-        _CLAIMED.reset(token)
-
-
 def enqueue_job(job_id: str) -> bool:
-    """Send `keel.run_job(job_id)` after the job's row is committed. False when the broker could not
-    be reached: the job stays queued with `dispatched_at` null and the sweeper sends it later.
-    True also when someone (a sweeper) already sent it."""
-    claim = _CLAIMED.get()
-    if claim is not None and claim[0] == job_id:
-        return _send_claimed(job_id, claim[1])
+    """Claim and send `keel.run_job(job_id)` for a queued job nobody sent yet (a resume). False when
+    the broker could not be reached: the job stays queued with `dispatched_at` null and the sweeper
+    sends it later. True also when someone (a sweeper) already sent it."""
     return send_job(job_id) is not False
 
 
@@ -75,15 +56,11 @@ def send_job(job_id: str, *, previous: datetime | None = None) -> bool | None:
     now = utcnow()
     if not _set_dispatched(job_id, previous, now):
         return None
-    return _send_claimed(job_id, now)
-
-
-def _send_claimed(job_id: str, claimed_at: datetime) -> bool:
     try:
         _publish(job_id)
     except Exception as exc:  # noqa: BLE001 - any broker failure: the outbox keeps the job
         log.warning("job %s not dispatched, the broker is unreachable (%s); the sweeper will retry", job_id, exc)
-        _set_dispatched(job_id, claimed_at, None)
+        _set_dispatched(job_id, now, None)
         return False
     return True
 

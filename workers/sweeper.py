@@ -10,15 +10,17 @@ Every `SWEEP_INTERVAL_S`:
    clock (`core.clock`), never a host's. After the database was unreachable, heartbeats are not
    judged for one heartbeat timeout: the workers could not beat during the outage, and need that
    long to beat again once it is back (`Sweeper`).
-2. dispatch: queued jobs never sent (`dispatched_at` null: the broker was down, or the worker
-   deferred them because their project was at `MAX_RUNNING_JOBS_PER_PROJECT` or the cluster had no
-   room) are sent as far as their project has free slots and the cluster free capacity (what the
+2. dispatch: queued jobs never sent (`dispatched_at` null: every job the API creates, and
+   those the broker refused or a worker deferred because their project was at
+   `MAX_RUNNING_JOBS_PER_PROJECT` or the cluster had no room) are sent as far as their project has free slots and the cluster free capacity (what the
    workers publish, `core.capacity`, less what jobs sent but not yet claimed will take). Fair
    between projects: round-robin over the projects (those with fewer jobs running or sent first,
    then the one with the oldest job), each one's oldest job first. No backfill: once a job does
    not fit, no job after it is sent in that pass (a big job is never overtaken for ever by small
    ones); the jobs left have `queue_reason` `waiting_for_resources`. A job sent long ago that no worker ever took (`REDISPATCH_AFTER_S`: a
    message lost with the broker) is sent again; duplicates are harmless, the task claims a job once.
+   Besides the periodic pass, a dispatch pass runs whenever PostgreSQL notifies that a queued job
+   awaits dispatch (`workers.wakeup`): a new job is sent within milliseconds of its commit.
 
 3. trainers (`workers.trainer_sweeper`): operations lost with their worker fail, and drain tasks are
    sent for trainers with queued operations no worker holds, deleted ones not yet released, and
@@ -50,10 +52,13 @@ from workers.dispatch import cancel_if_idle, pause_if_idle, send_job
 from workers.pauses import pause_history
 from workers.reporter import ACTIVE, transition
 from workers.trainer_sweeper import sweep_trainers
+from workers.wakeup import for_database
 
 log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_S = 2.0
+WAKEUP_GAP_S = 0.25
+"""Least time between two passes, woken or periodic."""
 MAX_ATTEMPTS = 3
 """Starts of one job before a lost worker fails it instead of re-queueing it."""
 REDISPATCH_AFTER_S = 600.0
@@ -207,7 +212,8 @@ def set_queue_reason(job_ids: list[str], reason: str | None) -> None:
 
 
 class Sweeper(threading.Thread):
-    """`sweep_once` every `interval_s` in a daemon thread until `stop()`.
+    """`sweep_once` every `interval_s` in a daemon thread until `stop()`, and a dispatch pass whenever
+    PostgreSQL says a queued job awaits dispatch (`workers.wakeup`).
 
     After the database was unreachable it waits one heartbeat timeout (database reachable again)
     before it judges heartbeats again: the workers could not beat during the outage, and a healthy
@@ -218,6 +224,10 @@ class Sweeper(threading.Thread):
         self.interval_s = interval_s
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self._stop_event = threading.Event()
+        self._nudge = threading.Event()
+        """Set by a wake-up, and by `stop()`."""
+        self.wakeup = for_database(self._nudge.set)
+        """Its listener (`workers.wakeup`), started with the thread; None on SQLite."""
         self._outage = False
         self._judge_after = 0.0
         """`time.monotonic()` before which heartbeats are not judged."""
@@ -241,16 +251,44 @@ class Sweeper(threading.Thread):
             self._outage = True
             return None
 
+    def dispatch(self) -> list[str] | None:
+        """A dispatch pass alone (a wake-up's); None while the database is unreachable."""
+        try:
+            return dispatch_pending()
+        except DBAPIError:
+            return None  # the periodic pass notices and reports the outage
+
     def run(self) -> None:
-        log.info("sweeper started (every %.1f s)", self.interval_s)
-        while True:
+        log.info("sweeper started (every %.1f s, and when a queued job awaits dispatch)", self.interval_s)
+        if self.wakeup is not None:
+            self.wakeup.start()
+        try:
+            self._loop()
+        finally:
+            if self.wakeup is not None:
+                self.wakeup.stop()
+
+    def _loop(self) -> None:
+        due = 0.0  # of the next periodic pass (`time.monotonic()`)
+        while not self._stop_event.is_set():
+            now = time.monotonic()
+            woken = self._nudge.is_set()
+            self._nudge.clear()
             try:
-                self.sweep()
+                if now >= due:
+                    self.sweep()
+                    due = time.monotonic() + self.interval_s
+                elif woken:
+                    self.dispatch()
             except Exception:  # anything else: log it and keep sweeping
                 log.exception("sweep failed")
-            if self._stop_event.wait(self.interval_s):
+            # At most one woken pass per WAKEUP_GAP_S: a job that goes back to awaiting dispatch at
+            # once (a worker that defers it, a broker that refuses it) is not sent in a tight loop.
+            if self._stop_event.wait(min(WAKEUP_GAP_S, max(0.0, due - time.monotonic()))):
                 return
+            self._nudge.wait(max(0.0, due - time.monotonic()))
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop_event.set()
+        self._nudge.set()
         self.join(timeout)

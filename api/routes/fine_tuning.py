@@ -274,9 +274,7 @@ def create_fine_tuning_job(raw: dict[str, Any], project: CurrentProject, caller:
               seed=keel_body.seed, meta=keel_body.metadata, queue_reason=verdict.code if waiting else None,
               created_by=caller.key_id)
     db.add(job)
-    db.commit()
-    if not waiting:
-        keel_jobs._best_effort("enqueue_job", job.id)
+    db.commit()  # undispatched: the workers' sweepers send it (see `api.routes.jobs`)
     return fine_tuning_job(job)
 
 

@@ -1,8 +1,9 @@
 """Jobs: create (validated, stored, then enqueued), list, retrieve, cancel, pause and resume.
 
 A job row is the contract with the workers: it is committed as `queued` with the validated request
-(every hyperparameter filled in) in `spec`, then handed to the broker; if the broker is down the job
-stays queued and the dispatcher's sweeper sends it later. Referenced ids that are not this project's
+(every hyperparameter filled in) in `spec` and `dispatched_at` null. The API never talks to the
+broker on a create: the workers' sweepers send the job, woken by the commit (`workers.wakeup`), so a
+broker outage or a slow broker never slows or fails a create. Referenced ids that are not this project's
 (files, models, checkpoints) are 404s with `param` naming the field, exactly as unknown ids are.
 """
 
@@ -59,7 +60,7 @@ from core.config import settings
 from core.db import session_factory
 from core.integrations import check_tracking_uri
 from core.memory_plan import read_config
-from core.models import Checkpoint, ClusterNode, File, Job, Model, utcnow
+from core.models import Checkpoint, ClusterNode, File, Job, Model
 from core.security import Caller
 from core.storage import get_storage
 from workers import dispatch
@@ -448,21 +449,18 @@ def _create(db: Session, body: JobCreate, caller: Caller, idem: Idempotency, dry
     if dry_run:
         return memory_plan.dry_run_response(plan)
     memory_plan.refuse_unfit(plan)
-    waiting = verdict.status == "wait"  # the sweeper sends it when the cluster has room
-    claimed_at = None if waiting else utcnow()  # the outbox claim, made in the insert (workers.dispatch)
+    waiting = verdict.status == "wait"
+    # Committed undispatched: the workers' sweepers send it (at once, woken by the commit's NOTIFY;
+    # `workers.wakeup`), fairly between projects and when the cluster has room.
     job = Job(project_id=project.id, status="queued", method=body.method.type, spec=spec, model=body.model,
               training_file_id=body.training_file, validation_file_id=body.validation_file, seed=body.seed,
-              meta=body.metadata, queue_reason=verdict.code if waiting else None, created_by=caller.key_id,
-              dispatched_at=claimed_at)
+              meta=body.metadata, queue_reason=verdict.code if waiting else None, created_by=caller.key_id)
     position = _insert_queued(db, job)
     logcontext.annotate(job_id=job.id)
     log.info("job created: %s", body.method.type)
     public = job_public(job, position, body.method)
     if (replay := idem.commit(db, project.id, 201, public)) is not None:
         return replay
-    if claimed_at is not None:
-        with dispatch.claimed(job.id, claimed_at):
-            _best_effort("enqueue_job", job.id)
     return model_response(public, 201)
 
 

@@ -27,7 +27,7 @@ def dpo_body(files, **hyperparameters) -> dict:
             "method": {"type": "dpo", "hyperparameters": hyperparameters}}
 
 
-def test_dpo_job_is_created_with_trl_defaults(client, auth, db, files, dispatched):
+def test_dpo_job_is_created_with_trl_defaults(client, auth, db, files, awaiting_dispatch):
     r = client.post("/v1/jobs", json=dpo_body(files, beta=0.25, loss_type="ipo"), headers=auth)
     assert r.status_code == 201, r.text
     job = r.json()
@@ -35,7 +35,7 @@ def test_dpo_job_is_created_with_trl_defaults(client, auth, db, files, dispatche
     assert job["method"]["type"] == "dpo"
     assert (hp["beta"], hp["loss_type"], hp["label_smoothing"]) == (0.25, "ipo", 0.0)
     assert hp["optim"]["lr"] == 1e-6 and hp["model"]["lora_rank"] == 0 and hp["max_token_len_per_gpu"] == 3072
-    assert db.get(Job, job["id"]).method == "dpo" and dispatched == [job["id"]]
+    assert db.get(Job, job["id"]).method == "dpo" and awaiting_dispatch(job["id"])
     defaults = client.post("/v1/jobs", json=dpo_body(files), headers=auth).json()["method"]["hyperparameters"]
     assert (defaults["beta"], defaults["loss_type"], defaults["label_smoothing"]) == (0.1, "sigmoid", 0.0)
     # VERL-style dotted overrides reach the DPO knobs too.

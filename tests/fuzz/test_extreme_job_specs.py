@@ -267,5 +267,5 @@ def test_lengths_within_the_context_are_accepted(client, auth, db, project_key, 
     body = put(put(body_for(files, "reward_model"), "model", small_model[ref]), f"{HP}.data", {"max_length": 512})
     r = client.post("/v1/jobs", json=body, headers=auth)
     assert r.status_code == 201, r.text
-    assert nothing_sent == [("enqueue_job", r.json()["id"])]
+    assert nothing_sent == []  # a create publishes nothing: the sweepers send the job
     security_support.retire_jobs(project_key[0])
