@@ -20,7 +20,8 @@ Every `SWEEP_INTERVAL_S`:
    ones); the jobs left have `queue_reason` `waiting_for_resources`. A job sent long ago that no worker ever took (`REDISPATCH_AFTER_S`: a
    message lost with the broker) is sent again; duplicates are harmless, the task claims a job once.
    Besides the periodic pass, a dispatch pass runs whenever PostgreSQL notifies that a queued job
-   awaits dispatch (`workers.wakeup`): a new job is sent within milliseconds of its commit.
+   awaits dispatch (`workers.wakeup`): a new job is sent within milliseconds of its commit. Where no
+   notification can come (SQLite, the listener reconnecting) a dispatch pass runs every `WAKEUP_GAP_S`.
 
 3. trainers (`workers.trainer_sweeper`): operations lost with their worker fail, and drain tasks are
    sent for trainers with queued operations no worker holds, deleted ones not yet released, and
@@ -58,7 +59,8 @@ log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_S = 2.0
 WAKEUP_GAP_S = 0.25
-"""Least time between two passes, woken or periodic."""
+"""Least time between two passes, woken or periodic; how often a sweeper that cannot be woken (SQLite,
+its listener reconnecting) looks for jobs to send."""
 MAX_ATTEMPTS = 3
 """Starts of one job before a lost worker fails it instead of re-queueing it."""
 REDISPATCH_AFTER_S = 600.0
@@ -272,7 +274,9 @@ class Sweeper(threading.Thread):
         due = 0.0  # of the next periodic pass (`time.monotonic()`)
         while not self._stop_event.is_set():
             now = time.monotonic()
-            woken = self._nudge.is_set()
+            # No notification can come (SQLite, or the listener reconnecting): look every WAKEUP_GAP_S.
+            polling = self.wakeup is None or not self.wakeup.listening.is_set()
+            woken = self._nudge.is_set() or polling
             self._nudge.clear()
             try:
                 if now >= due:
@@ -286,7 +290,8 @@ class Sweeper(threading.Thread):
             # once (a worker that defers it, a broker that refuses it) is not sent in a tight loop.
             if self._stop_event.wait(min(WAKEUP_GAP_S, max(0.0, due - time.monotonic()))):
                 return
-            self._nudge.wait(max(0.0, due - time.monotonic()))
+            if not polling:
+                self._nudge.wait(max(0.0, due - time.monotonic()))
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop_event.set()

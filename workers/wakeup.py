@@ -4,8 +4,9 @@ The API does not publish the jobs it creates (`workers.dispatch`): a database tr
 0007) notifies this channel whenever a committed change leaves a queued job with `dispatched_at`
 null, and every worker's sweeper, woken by it, sends the job within milliseconds instead of at its
 next pass. The listener runs on a connection of its own (autocommit), as `core.key_cache`'s does.
-Without it (SQLite, a pooler that drops LISTEN, the connection broken until it reconnects) the
-sweepers' periodic passes still send everything, `SWEEP_INTERVAL_S` later at most.
+Without it (SQLite, the connection broken until it reconnects) a sweeper looks for jobs to send every
+`WAKEUP_GAP_S` instead. (A pooler in transaction mode drops LISTEN silently: point the workers at
+PostgreSQL itself, or jobs start on the periodic pass, `SWEEP_INTERVAL_S` later at most.)
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The API does not publish the jobs it creates: the workers' sweepers send every q
 `dispatched_at` is null (`workers.sweeper.dispatch_pending`). This trigger tells them at once, at the
 commit of any change that leaves such a row (a create, a resume, a re-queue after a lost worker, a
 job a worker deferred), instead of at their next periodic pass. SQLite has no NOTIFY: there the
-sweepers find new jobs on their periodic pass.
+sweepers look for new jobs every `WAKEUP_GAP_S` (`workers.sweeper`).
 
 Revision ID: 0007_dispatch_wakeup
 Revises: 0006_trainers
