@@ -4,6 +4,7 @@ under the deployment's model root."""
 from __future__ import annotations
 
 import secrets
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from core.config import settings
 from core.db import session_scope
 from core.models import Job
 from core.security import get_or_create_project
+from workers import dispatch
 from workers.reporter import TERMINAL
 
 
@@ -22,6 +24,20 @@ def demo_assets(database) -> dict[str, str]:
     from engine.demo import build_demo_assets
 
     return build_demo_assets(Path(settings.model_roots[0]) / "demo")
+
+
+@pytest.fixture
+def sent(monkeypatch) -> list[str]:
+    """What would be published, recorded instead of sent (these jobs are not meant to run)."""
+    calls: list[str] = []
+    lock = threading.Lock()
+
+    def publish(job_id: str) -> None:
+        with lock:
+            calls.append(job_id)
+
+    monkeypatch.setattr(dispatch, "_publish", publish)
+    return calls
 
 
 @pytest.fixture

@@ -7,27 +7,12 @@ assertions look at this test's jobs only."""
 
 from __future__ import annotations
 
-import threading
 import time
 
-import pytest
 from factories import add_file, add_job, get_job
 
 from workers import dispatch, sweeper
 from workers.sweeper import WAKEUP_GAP_S, Sweeper
-
-
-@pytest.fixture
-def sent(monkeypatch) -> list[str]:
-    calls: list[str] = []
-    lock = threading.Lock()
-
-    def publish(job_id: str) -> None:
-        with lock:
-            calls.append(job_id)
-
-    monkeypatch.setattr(dispatch, "_publish", publish)
-    return calls
 
 
 def _running(interval_s: float) -> Sweeper:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
-import pytest
 from factories import add_file, add_job, add_running_job, events_of, get_job
 from kombu.exceptions import OperationalError as BrokerDown
 from sqlalchemy import update
@@ -18,20 +17,6 @@ from core.events import append_event
 from core.models import Job, utcnow
 from workers import dispatch
 from workers.sweeper import dispatch_pending, recover_lost_jobs, sweep_once
-
-
-@pytest.fixture
-def sent(monkeypatch) -> list[str]:
-    """Record what would be published instead of sending it (these jobs are not meant to run)."""
-    calls: list[str] = []
-    lock = threading.Lock()
-
-    def publish(job_id: str) -> None:
-        with lock:
-            calls.append(job_id)
-
-    monkeypatch.setattr(dispatch, "_publish", publish)
-    return calls
 
 
 def test_enqueue_marks_dispatched(project_id, sent):
