@@ -12,12 +12,13 @@ Every `SWEEP_INTERVAL_S`:
    long to beat again once it is back (`Sweeper`).
 2. dispatch: queued jobs never sent (`dispatched_at` null: every job the API creates, and
    those the broker refused or a worker deferred because their project was at
-   `MAX_RUNNING_JOBS_PER_PROJECT` or the cluster had no room) are sent as far as their project has free slots and the cluster free capacity (what the
-   workers publish, `core.capacity`, less what jobs sent but not yet claimed will take). Fair
-   between projects: round-robin over the projects (those with fewer jobs running or sent first,
-   then the one with the oldest job), each one's oldest job first. No backfill: once a job does
-   not fit, no job after it is sent in that pass (a big job is never overtaken for ever by small
-   ones); the jobs left have `queue_reason` `waiting_for_resources`. A job sent long ago that no worker ever took (`REDISPATCH_AFTER_S`: a
+   `MAX_RUNNING_JOBS_PER_PROJECT` or the cluster had no room) are sent as far as their project has
+   free slots and the cluster free capacity (what the workers publish, `core.capacity`, less what
+   jobs sent but not yet claimed will take). Fair between projects: round-robin over the projects
+   (those with fewer jobs running or sent first, then the one with the oldest job), each one's
+   oldest job first. No backfill: once a job does not fit, no job after it is sent in that pass (a
+   big job is never overtaken for ever by small ones); the jobs left have `queue_reason`
+   `waiting_for_resources`. A job sent long ago that no worker ever took (`REDISPATCH_AFTER_S`: a
    message lost with the broker) is sent again; duplicates are harmless, the task claims a job once.
    Besides the periodic pass, a dispatch pass runs whenever PostgreSQL notifies that a queued job
    awaits dispatch (`workers.wakeup`): a new job is sent within milliseconds of its commit. Where no
@@ -280,8 +281,8 @@ class Sweeper(threading.Thread):
             self._nudge.clear()
             try:
                 if now >= due:
+                    due = now + self.interval_s  # first: a pass that raises waits its interval too
                     self.sweep()
-                    due = time.monotonic() + self.interval_s
                 elif woken:
                     self.dispatch()
             except Exception:  # anything else: log it and keep sweeping

@@ -1,4 +1,4 @@
-"""Jobs: create (validated, stored, then enqueued), list, retrieve, cancel, pause and resume.
+"""Jobs: create (validated and stored; the workers send it), list, retrieve, cancel, pause and resume.
 
 A job row is the contract with the workers: it is committed as `queued` with the validated request
 (every hyperparameter filled in) in `spec` and `dispatched_at` null. The API never talks to the

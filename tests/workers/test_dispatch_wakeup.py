@@ -64,6 +64,22 @@ def test_a_refused_job_is_retried_at_most_once_per_gap(project_id, monkeypatch):
         s.stop()
 
 
+def test_a_failing_pass_waits_its_interval(monkeypatch):
+    calls: list[float] = []
+
+    def failing(**_):
+        calls.append(time.monotonic())
+        raise RuntimeError("a bug in a pass")
+
+    monkeypatch.setattr(sweeper, "sweep_once", failing)
+    s = _running(interval_s=0.5)
+    try:
+        time.sleep(1.2)
+    finally:
+        s.stop()
+    assert 2 <= len(calls) <= 4, len(calls)  # logged and retried every 0.5 s, not in a tight loop
+
+
 def test_without_the_listener_it_looks_every_gap(project_id, sent, monkeypatch):
     monkeypatch.setattr(sweeper, "for_database", lambda on_notify: None)  # as on SQLite
     s = _running(interval_s=600)
