@@ -288,3 +288,18 @@ def test_api_against_the_bare_endpoint(bench_out):
     assert out["post_cpu_ratio"]["n"] == 2 and out["get_cpu_ratio"]["n"] == 2
     assert out["sse"]["delivered"] == out["sse"]["expected"] == 6
     assert set(out["targets_met"]) >= {"post_cpu_ratio", "get_cpu_ratio", "post_p99_ms", "get_p99_ms", "zero_errors"}
+
+
+def test_dispatch_pass_cost(bench_out):
+    """A sweeper's dispatch pass over queued jobs on a full cluster (a scratch database of its own, in a
+    subprocess: it sets the process's database)."""
+    from databases import PG_ADMIN_URL
+
+    proc = subprocess.run([sys.executable, "-m", "bench.dispatch", "--jobs", "30", "--passes", "3", "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "KEEL_BENCH_PG_ADMIN_URL": PG_ADMIN_URL})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = last_json(proc.stdout)
+    assert out["bench"] == "dispatch" and out["jobs"] == 30
+    assert out["cpu_ms_per_pass"]["n"] == out["wall_ms_per_pass"]["n"] == 3
+    assert out["cpu_ms_per_pass"]["median"] > 0 and out["wall_ms_per_pass"]["median"] > 0
