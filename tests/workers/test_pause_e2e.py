@@ -26,7 +26,9 @@ from workers.resolve import job_dirs
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = 40
+STEPS = 160
+"""Long enough that the pause lands mid-run on a fast quiet machine (40 steps once finished before the
+worker saw the pause)."""
 HYPERPARAMETERS = {"data": {"train_batch_size": 8, "max_prompt_length": 32, "max_response_length": 32},
                    "optim": {"lr": 1e-3}, "trainer": {"total_training_steps": STEPS, "save_freq": -1, "test_freq": -1}}
 """No periodic checkpoints: the one the pause writes is the only one before the last step's."""
