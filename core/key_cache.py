@@ -18,7 +18,6 @@ A key revoked by writing `api_key.revoked_at` directly, without the NOTIFY, stil
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -28,16 +27,13 @@ from weakref import WeakKeyDictionary
 from sqlalchemy import Engine, event, func, select
 from sqlalchemy.orm import Session
 
-log = logging.getLogger(__name__)
+from core.notifications import RETRY_S, listen
 
 CHANNEL = "keel_api_keys"
 TTL_S = 10.0
 """Longest an entry is used; bounds a revocation the listener cannot see (see the module doc)."""
 MAX_ENTRIES = 10_000
 """More distinct live keys than this in one process: the cache starts over (it only ever holds valid keys)."""
-PING_S = 5.0
-"""How often the listener checks that its connection still works."""
-RETRY_S = 1.0
 
 
 class KeyCache:
@@ -113,31 +109,8 @@ class KeyCache:
         self._set_listening(False)
 
     def _listen(self) -> None:
-        import psycopg
-        from sqlalchemy.engine import make_url
-
-        conninfo = make_url(self.url).set(drivername="postgresql").render_as_string(hide_password=False)
-        warned = False
-        while not self._stop.is_set():
-            try:
-                with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
-                    conn.execute(f"LISTEN {CHANNEL}")
-                    self._set_listening(True)
-                    warned = False
-                    pinged = time.monotonic()
-                    while not self._stop.is_set():
-                        for _ in conn.notifies(timeout=RETRY_S):  # wakes up to notice `stop`
-                            self.clear()
-                        if time.monotonic() - pinged >= PING_S:
-                            conn.execute("SELECT 1")  # a broken connection raises here
-                            pinged = time.monotonic()
-            except Exception as exc:  # noqa: BLE001 - any failure: stop answering, reconnect
-                self._set_listening(False)
-                if not warned and not self._stop.is_set():
-                    log.warning("API key cache off until its listener reconnects: %s", exc.__class__.__name__)
-                    warned = True
-                self._stop.wait(RETRY_S)
-        self._set_listening(False)
+        listen(self.url, CHANNEL, self._stop, subscribed=lambda: self._set_listening(True), notified=self.clear,
+               lost=lambda: self._set_listening(False), off="API key cache off until its listener reconnects")
 
 
 _caches: dict[str, KeyCache] = {}
