@@ -57,7 +57,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT, demo_assets, emit, load_average, percentile, spread
+from bench.common import ROOT, demo_assets, drop_database, emit, load_average, percentile, spread
 from bench.load import Connection, load, server_cpu_s
 
 PG_ADMIN = os.environ.get("KEEL_BENCH_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -185,18 +185,7 @@ class Service:
             if keys:
                 broker.delete(*keys)
         if self.created_db:
-            from sqlalchemy import create_engine, text
-
-            with contextlib.suppress(Exception):
-                from core.db import get_engine
-
-                get_engine().dispose()
-            admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-            with admin.connect() as conn:
-                conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                  "WHERE datname = :d AND pid <> pg_backend_pid()"), {"d": self.db_name})
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{self.db_name}"'))
-            admin.dispose()
+            drop_database(PG_ADMIN, self.db_name)
         with contextlib.suppress(OSError):
             self.log_tail = "".join((self.home / name).read_text(errors="replace")[-3000:]
                                     for name in ("uvicorn.log", "bare.log") if (self.home / name).exists())

@@ -1,10 +1,12 @@
-"""What the Keel-side benchmarks share: demo assets, thread setup, the GEMM reference, statistics.
+"""What the Keel-side benchmarks share: demo assets, thread setup, the GEMM reference, statistics,
+dropping a scratch database.
 
 Nothing here is timed; it only prepares inputs and summarises outputs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -175,6 +177,23 @@ def percentile(values: Sequence[float], q: float) -> float:
     lo = int(pos)
     hi = min(lo + 1, len(data) - 1)
     return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def drop_database(admin_url: str, name: str) -> None:
+    """Drop the scratch database `name` a benchmark created: this process's pool is closed first, then
+    any other session still on it (a server the benchmark started) is ended."""
+    from sqlalchemy import create_engine, text
+
+    with contextlib.suppress(Exception):
+        from core.db import get_engine
+
+        get_engine().dispose()
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE datname = :d AND pid <> pg_backend_pid()"), {"d": name})
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+    admin.dispose()
 
 
 def load_average() -> float:

@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import time
 
-from bench.common import emit, load_average, spread
+from bench.common import drop_database, emit, load_average, spread
 
 PG_ADMIN = os.environ.get("KEEL_BENCH_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> dict:
     admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
     load = load_average()
     try:
         from core import migrate
@@ -100,14 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
         _queue(args.jobs, args.projects)
         cpu, wall = _passes(args.passes)
     finally:
-        from core.db import get_engine
-
-        get_engine().dispose()
-        with admin.connect() as conn:
-            conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                              "WHERE datname = :d AND pid <> pg_backend_pid()"), {"d": name})
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
-        admin.dispose()
+        drop_database(PG_ADMIN, name)
         shutil.rmtree(home, ignore_errors=True)
     result = {"bench": "dispatch", "jobs": args.jobs, "projects": args.projects, "passes": args.passes,
               "cpu_ms_per_pass": spread(cpu), "wall_ms_per_pass": spread(wall),
