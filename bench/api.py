@@ -50,26 +50,19 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT, demo_assets, drop_database, emit, load_average, percentile, spread
+from bench.common import ROOT, demo_assets, drop_database, emit, free_ports, load_average, percentile, spread
 from bench.load import Connection, load, server_cpu_s
 
 PG_ADMIN = os.environ.get("KEEL_BENCH_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 REDIS = os.environ.get("KEEL_BENCH_REDIS", "redis://127.0.0.1:6379")
 TARGETS = {"post_cpu_ratio": 2.0, "get_cpu_ratio": 1.5, "p99_ms": 100, "post_req_per_s": 300, "sse_p99_lag_ms": 500}
 """Ratios: Keel's server CPU per request over the bare app's (median of the rounds); p99 at --concurrency."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _loopback(url: str) -> None:
@@ -92,7 +85,7 @@ class Service:
         self.db_url = PG_ADMIN.rsplit("/", 1)[0] + "/" + self.db_name
         self.home = Path(tempfile.mkdtemp(prefix=f"keel-bench-api-{self.run}-"))
         self.namespace = f"bench{self.run}."
-        self.port, self.bare_port = _free_port(), _free_port()
+        self.port, self.bare_port = free_ports(2)
         self.url, self.bare_url = f"http://127.0.0.1:{self.port}", f"http://127.0.0.1:{self.bare_port}"
         self.workers = workers
         self.proc: subprocess.Popen | None = None

@@ -196,6 +196,18 @@ def drop_database(admin_url: str, name: str) -> None:
     admin.dispose()
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` distinct loopback ports that were free a moment ago (all bound until all are chosen, so
+    no port is handed out twice)."""
+    import socket
+
+    with contextlib.ExitStack() as held:
+        socks = [held.enter_context(socket.socket()) for _ in range(count)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
 def load_average() -> float:
     """1-minute load average: how busy the machine was (other processes skew every figure)."""
     return round(os.getloadavg()[0], 2)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 
 
@@ -53,9 +52,9 @@ def _worker(rank: int, world: int, port: int, model_dir: str, strategy: str, que
 def measure(model_dir: str, strategy: str, workers: int) -> dict:
     import torch.multiprocessing as mp
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from bench.common import free_ports
+
+    port, = free_ports(1)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     procs = [ctx.Process(target=_worker, args=(r, workers, port, model_dir, strategy, queue)) for r in range(workers)]

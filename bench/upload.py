@@ -15,7 +15,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,8 @@ import httpx
 import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from bench.common import free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_GROWTH_MIB = 100
@@ -57,12 +58,6 @@ def write_parquet(path: Path, size_bytes: int, seed: int = 0) -> int:
                                         schema=_SCHEMA), row_group_size=_ROW_GROUP_ROWS)
             rows += _ROW_GROUP_ROWS
     return rows
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _api_env(home: Path, database_url: str, max_bytes: int) -> dict[str, str]:
@@ -140,7 +135,7 @@ def run(size_mb: int, database_url: str = "", workdir: str | None = None, keep: 
         env = _api_env(tmp / "home", database_url, max(2 * 1024**3, size + 1024**2))
         key = subprocess.run([sys.executable, "-c", _SETUP], cwd=ROOT, env=env, check=True,
                              capture_output=True, text=True).stdout.strip().splitlines()[-1]
-        port = _free_port()
+        port, = free_ports(1)
         server = subprocess.Popen([sys.executable, "-m", "uvicorn", "api.main:app", "--host", "127.0.0.1",
                                    "--port", str(port), "--log-level", "warning", "--no-access-log"],
                                   cwd=ROOT, env=env)

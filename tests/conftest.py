@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_ports
+
 # Once per process: a second import of this file (as a plain `conftest` module) must not pick a new
 # database and namespace under the tests' feet (a worker started afterwards would use them).
 _RUN = os.environ.get("KEEL_TEST_RUN", "")
@@ -178,14 +180,6 @@ def dispatched(monkeypatch) -> list[str]:
 _ROOT = Path(__file__).resolve().parent.parent
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_for_line(log: Path, text: str, proc, timeout: float) -> None:
     import time
 
@@ -230,11 +224,11 @@ def ray_cluster():
     auth_mode = os.environ.get("RAY_AUTH_MODE")
     os.environ["RAY_AUTH_MODE"] = "disabled"
 
-    port = _free_port()
+    flags = ("dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
+             "metrics-export-port", "node-manager-port", "object-manager-port")
+    port, *chosen = free_ports(1 + len(flags))
+    ports = dict(zip(flags, chosen, strict=True))
     log = _HOME / "ray-start.log"
-    ports = {flag: _free_port() for flag in ("dashboard-agent-listen-port",
-                                             "dashboard-agent-grpc-port", "runtime-env-agent-port",
-                                             "metrics-export-port", "node-manager-port", "object-manager-port")}
     argv = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
             f"--port={port}", "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats",
             *(f"--{flag}={p}" for flag, p in ports.items())]

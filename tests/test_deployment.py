@@ -37,6 +37,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from core.config import Settings
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -621,7 +622,7 @@ time.sleep(600)
 def test_worker_entrypoint_joins_the_cluster_as_a_ray_node_and_stops_cleanly(tmp_path):
     """A loopback Ray head, then the entrypoint with the image's environment: its node joins with the
     CPUs it was given, the command runs after it, and SIGTERM stops the command first, then the node."""
-    port, short = _free_port(), Path(tempfile.mkdtemp(prefix="kd", dir="/tmp"))  # Ray's sockets: <108 bytes
+    port, short = free_port(), Path(tempfile.mkdtemp(prefix="kd", dir="/tmp"))  # Ray's sockets: <108 bytes
     ray_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16), "RAY_USAGE_STATS_ENABLED": "0"}
     base = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "KEEL_"))}
     base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base['PATH']}"
@@ -670,14 +671,6 @@ def test_worker_entrypoint_refuses_a_node_without_explicit_cpus(tmp_path):
                          env={"PATH": os.environ["PATH"], "KEEL_RAY_ADDRESS": "ray-head:6379"},
                          capture_output=True, text=True, timeout=30, check=False)
     assert out.returncode == 2 and "--num-cpus is required" in out.stderr
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _loopback_alias() -> str:

@@ -23,6 +23,7 @@ from api import ratelimit
 from core.config import settings
 from core.events import append_event
 from core.models import Job
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -254,14 +255,8 @@ def test_leased_tokens_expire_after_the_lease_period():
     asyncio.run(run())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start_api(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "api.main:app", "--host", "127.0.0.1",
                                  "--port", str(port), "--log-level", "warning"],

@@ -77,8 +77,9 @@ def test_gpu_check_tiny_on_cpu_without_ray(tmp_path):
         assert phase["steps"] == 2 and phase["timed_steps"] == 1, (name, phase)
         assert phase["tokens_per_s"] > 0 and phase["peak_memory_gib"] > 0, (name, phase)
         # A fraction of the GEMM peak measured a moment earlier; on a shared CPU the two moments see
-        # different loads, so only an order-of-magnitude slip (FLOPs or time miscounted) is an error.
-        assert 0 < phase["mfu"] < 3, (name, phase)
+        # different loads (3.3 seen for the tiny PPO against a 256² bf16 peak), so only an
+        # order-of-magnitude slip (FLOPs or time miscounted) is an error.
+        assert 0 < phase["mfu"] < 10, (name, phase)
     assert out["phases"]["ppo"]["gen_tokens_per_s"] > 0
     for name in ("sft", "ppo_actor"):
         change = out["weight_change"][name]

@@ -8,7 +8,6 @@ import io
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import pytest
 
 from core import logging as logcontext
 from core.config import Settings
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,12 +68,6 @@ def test_the_context_reaches_every_line_in_both_formats():
     assert "Traceback" in "\n".join(text)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_keel_api_writes_json_lines_with_request_and_job_ids(database, auth, db, project_key, tmp_path):
     from core.models import File, Job
@@ -87,7 +81,7 @@ def test_keel_api_writes_json_lines_with_request_and_job_ids(database, auth, db,
               training_file_id=file.id)
     db.add(job)
     db.commit()
-    port = _free_port()
+    port = free_port()
     log_file = tmp_path / "api.log"
     env = {**os.environ, "KEEL_LOG_FORMAT": "json", "KEEL_PORT": str(port)}
     with open(log_file, "wb") as out:

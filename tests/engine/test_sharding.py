@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 
 import pytest
 import torch
@@ -24,6 +23,7 @@ from engine.config import (
 )
 from engine.errors import Cancelled, ConfigError
 from engine.reporting import RecordingReporter
+from tests.ports import free_port
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -145,9 +145,7 @@ def _offload_worker(rank: int, port: int, model_dir: str, queue) -> None:
 def test_offload_knobs_reach_fsdp_and_leave_results_alone(demo_assets):
     import torch.multiprocessing as mp
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     procs = [ctx.Process(target=_offload_worker, args=(r, port, demo_assets["model"], queue)) for r in range(2)]

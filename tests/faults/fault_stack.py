@@ -19,7 +19,6 @@ import json
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,14 +29,10 @@ from typing import Any, TypeVar
 
 import httpx
 
+from tests.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until(predicate: Callable[[], T], timeout: float, *, interval: float = 0.1, what: str = "condition") -> T:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,14 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
+
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
@@ -35,7 +30,7 @@ def s3_endpoint(keel_home: Path):
     environment (so into every process the tests start)."""
     import httpx
 
-    port = _free_port()
+    port = free_port()
     log = keel_home / "moto.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,13 +16,9 @@ from typing import Any
 
 import httpx
 
+from tests.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Process:
@@ -64,7 +59,7 @@ class S3Stack:
                     "KEEL_STORAGE_OPTIONS": json.dumps(self.storage_options),
                     "KEEL_ARTIFACT_CACHE_DIR": str(self.cache_dir), "KEEL_RAY_ADDRESS": ray_address,
                     "KEEL_WORKER_HEARTBEAT_S": "1", "HF_HUB_OFFLINE": "1"}
-        self.port = _free_port()
+        self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.api: Process | None = None
         self.worker: Process | None = None

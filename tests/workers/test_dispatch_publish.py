@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import socket
 import time
 
 import pytest
@@ -13,6 +12,7 @@ import redis
 from kombu.transport import redis as kombu_redis
 
 from core.config import settings
+from tests.ports import free_port
 from workers import dispatch
 from workers.celery_app import celery_app
 
@@ -125,9 +125,7 @@ def test_a_down_broker_still_answers_within_the_publish_retry_policy(monkeypatch
     the API never hangs on it; nothing of `_keep_client` may connect outside that policy."""
     from celery import Celery
 
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     down = Celery("keel-test-down", broker=f"redis://127.0.0.1:{port}/1")
     down.conf.update(celery_app.conf.table(with_defaults=False))
     down.conf.broker_url = f"redis://127.0.0.1:{port}/1"

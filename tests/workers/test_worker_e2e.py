@@ -4,7 +4,6 @@ local Ray, training the demo model with the real `sft` method."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from sqlalchemy import select, update
 from core.db import session_scope
 from core.events import append_event
 from core.models import Checkpoint, Job, Model
+from tests.ports import free_port
 from workers import dispatch
 from workers.reporter import TERMINAL
 from workers.resolve import job_dirs
@@ -38,12 +38,6 @@ print("free", total, ray.available_resources().get("CPU", 0.0), flush=True)
 """
 """A driver on the test cluster: prints the CPUs (total, available) now, and again once all are free
 after a line on stdin. A separate process, so this one's Ray state (engine tests) is left alone."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_terminal(job_id: str, timeout: float) -> Job:

@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from core.db import session_scope
 from core.models import File, Job, Project, utcnow
+from tests.ports import free_port
 from workers import metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,12 +78,6 @@ def test_the_collector_reports_this_pools_jobs_only(project_id):
     assert _value(empty, "keel_worker_heartbeat_age_seconds") == 0 and "keel_worker_step_seconds" not in empty
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_a_prefork_workers_main_process_serves_its_childrens_jobs(tmp_path):
     """A real `celery worker --pool=prefork --concurrency=2` on a database and broker of its own: a job
@@ -91,7 +86,7 @@ def test_a_prefork_workers_main_process_serves_its_childrens_jobs(tmp_path):
 
     url = f"sqlite:///{tmp_path / 'keel.db'}"
     migrate.upgrade(url)
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "KEEL_HOME": str(tmp_path), "KEEL_DATABASE_URL": url, "KEEL_BROKER_URL": "",
            "KEEL_REDIS_URL": "", "KEEL_QUEUE_NAMESPACE": f"metrics{secrets.token_hex(3)}.",
            "KEEL_WORKER_METRICS_PORT": str(port), "KEEL_LOG_FORMAT": "json"}
