@@ -94,12 +94,23 @@ def supports(model: nn.Module) -> bool:
 
 
 def _linear(module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    """A plain `nn.Linear` as `F.linear` on its weights (no module-call overhead); anything else
-    (a LoRA-wrapped linear) as the module itself, so its adapters apply."""
+    """A plain `nn.Linear` on its weights (no module-call overhead; `weight_major` for a decode
+    step's rows); anything else (a LoRA-wrapped linear) as the module itself, so its adapters apply."""
     if type(module) is nn.Linear:
         weight, bias = module.weight, module.bias
-        return lambda x: F.linear(x, weight, bias)
+        return lambda x: weight_major(x, weight, bias) if x.dim() == 2 and x.is_cpu else F.linear(x, weight, bias)
     return module
+
+
+def weight_major(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`F.linear(x, weight, bias)` for `x` `(rows, in)` as `(weight @ x.T).T` (a transposed view).
+
+    Why: with a few rows (a decode step), CPU BLAS computing `x @ weight.T` repacks the whole weight
+    on every call; with the weight as the left operand it streams it once. On `bench.datasets`' wide
+    Llama a 16-row generation took 0.87 s instead of 1.27 s, the same tokens sampled; on the demo
+    model (weights that stay in cache) and at 64 rows about the same time."""
+    out = torch.mm(weight, x.t()) if bias is None else torch.addmm(bias[:, None], weight, x.t())
+    return out.t()
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

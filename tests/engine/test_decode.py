@@ -286,6 +286,27 @@ def test_unsupported_models_fall_back(calls, name):
         assert not torch.allclose(forced, reference_logits(model, prompts, PAD), atol=1e-3)
 
 
+def test_decode_steps_multiply_weight_major(monkeypatch):
+    """A step's projections (rows x hidden, on CPU) run as `weight @ x.T` (`decode.weight_major`: CPU
+    BLAS would repack the weight per call the other way round), with and without bias, and give
+    `F.linear`'s result; the prefill's 3-D inputs keep `F.linear`."""
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(3)
+    x, w, b = (torch.randn(*s, generator=g) for s in ((5, 64), (96, 64), (96,)))
+    for bias in (None, b):
+        torch.testing.assert_close(decode.weight_major(x, w, bias), F.linear(x, w, bias), atol=1e-5, rtol=0.0)
+    shapes: list[tuple[int, ...]] = []
+    original = decode.weight_major
+    monkeypatch.setattr(decode, "weight_major", lambda x, w, b: shapes.append(tuple(x.shape)) or original(x, w, b))
+    model = tiny("qwen2")  # q/k/v biases
+    assert_stepwise_logits(model, MIXED, PAD, steps=3)
+    rows, distinct = len(MIXED), len({tuple(p) for p in MIXED})
+    # The prefill's head on each distinct prompt's last token; then 2 steps, each with q, k, v, o,
+    # gate, up (hidden 64 in) and down (intermediate 96 in) in each of 2 layers, and the head.
+    assert sorted(shapes) == sorted([(distinct, 64)] + 2 * ((2 * 6 + 1) * [(rows, 64)] + 2 * [(rows, 96)]))
+
+
 def test_other_architectures_are_refused():
     from transformers import GPT2Config, GPT2LMHeadModel
 
