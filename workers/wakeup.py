@@ -4,9 +4,8 @@ The API does not publish the jobs it creates (`workers.dispatch`): a database tr
 0007) notifies this channel whenever a committed change leaves a queued job with `dispatched_at`
 null, and every worker's sweeper, woken by it, sends the job within milliseconds instead of at its
 next pass. The listener runs on a connection of its own (`core.notifications`, as the API key
-cache's does).
-Without it (SQLite, the connection broken until it reconnects) a sweeper looks for jobs to send every
-`WAKEUP_GAP_S` instead. (A pooler in transaction mode drops LISTEN silently: point the workers at
+cache's does). Without it (SQLite, the connection broken until it reconnects) a sweeper looks for
+jobs to send every `WAKEUP_GAP_S` instead. (A pooler in transaction mode drops LISTEN silently: point the workers at
 PostgreSQL itself, or jobs start on the periodic pass, `SWEEP_INTERVAL_S` later at most.)
 """
 
@@ -43,8 +42,8 @@ class Wakeup:
 
     def _listen(self) -> None:
         listen(self.url, CHANNEL, self._stop, subscribed=self._subscribed, notified=self.on_notify,
-               lost=self.listening.clear, off="dispatch wake-ups off until their listener reconnects (jobs are "
-               "sent by the periodic sweep meanwhile)")
+               lost=self.listening.clear, off="dispatch wake-ups off until their listener reconnects (each "
+               "sweeper polls for jobs to send meanwhile)")
 
     def _subscribed(self) -> None:
         self.listening.set()

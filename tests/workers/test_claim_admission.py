@@ -7,7 +7,6 @@ Each test runs over a database of its own (the sweeper reads the whole job and c
 from __future__ import annotations
 
 import secrets
-import threading
 
 import pytest
 from factories import add_file, add_job, events_of, get_job
@@ -33,19 +32,6 @@ def own_database(database, monkeypatch):
     monkeypatch.undo()
     get_engine.cache_clear()
     next(dbs, None)
-
-
-@pytest.fixture
-def sent(monkeypatch) -> list[str]:
-    calls: list[str] = []
-    lock = threading.Lock()
-
-    def publish_task(job_id: str) -> None:
-        with lock:
-            calls.append(job_id)
-
-    monkeypatch.setattr(dispatch, "_publish", publish_task)
-    return calls
 
 
 def project(name: str) -> str:
