@@ -197,8 +197,10 @@ def drop_database(admin_url: str, name: str) -> None:
 
 
 def free_ports(count: int) -> list[int]:
-    """`count` distinct loopback ports that were free a moment ago (all bound until all are chosen, so
-    no port is handed out twice)."""
+    """`count` distinct loopback ports that were free a moment ago, for the servers the benchmarks and
+    the tests start. Every socket stays bound until all are chosen: binding and closing one at a time
+    may hand the same port out twice (the tests' Ray refused to start when two of its components
+    were given one port)."""
     import socket
 
     with contextlib.ExitStack() as held:
@@ -206,6 +208,10 @@ def free_ports(count: int) -> list[int]:
         for s in socks:
             s.bind(("127.0.0.1", 0))
         return [s.getsockname()[1] for s in socks]
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
 
 
 def load_average() -> float:

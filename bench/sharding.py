@@ -52,9 +52,9 @@ def _worker(rank: int, world: int, port: int, model_dir: str, strategy: str, que
 def measure(model_dir: str, strategy: str, workers: int) -> dict:
     import torch.multiprocessing as mp
 
-    from bench.common import free_ports
+    from bench.common import free_port
 
-    port, = free_ports(1)
+    port = free_port()
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     procs = [ctx.Process(target=_worker, args=(r, workers, port, model_dir, strategy, queue)) for r in range(workers)]

@@ -28,7 +28,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.common import free_ports
+from bench.common import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_GROWTH_MIB = 100
@@ -135,7 +135,7 @@ def run(size_mb: int, database_url: str = "", workdir: str | None = None, keep: 
         env = _api_env(tmp / "home", database_url, max(2 * 1024**3, size + 1024**2))
         key = subprocess.run([sys.executable, "-c", _SETUP], cwd=ROOT, env=env, check=True,
                              capture_output=True, text=True).stdout.strip().splitlines()[-1]
-        port, = free_ports(1)
+        port = free_port()
         server = subprocess.Popen([sys.executable, "-m", "uvicorn", "api.main:app", "--host", "127.0.0.1",
                                    "--port", str(port), "--log-level", "warning", "--no-access-log"],
                                   cwd=ROOT, env=env)

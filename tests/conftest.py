@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ports import free_ports
+from bench.common import free_ports
 
 # Once per process: a second import of this file (as a plain `conftest` module) must not pick a new
 # database and namespace under the tests' feet (a worker started afterwards would use them).

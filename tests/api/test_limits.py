@@ -20,10 +20,10 @@ import redis
 from sqlalchemy import func, select
 
 from api import ratelimit
+from bench.common import free_port
 from core.config import settings
 from core.events import append_event
 from core.models import Job
-from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

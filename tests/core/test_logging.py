@@ -16,9 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.common import free_port
 from core import logging as logcontext
 from core.config import Settings
-from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from bench.common import free_port
 from engine.checkpoint import CheckpointError
 from engine.config import (
     JobRequest,
@@ -23,7 +24,6 @@ from engine.config import (
 )
 from engine.errors import Cancelled, ConfigError
 from engine.reporting import RecordingReporter
-from tests.ports import free_port
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from tests.ports import free_port
+from bench.common import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")

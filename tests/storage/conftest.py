@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ports import free_port
+from bench.common import free_port
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from tests.ports import free_port
+from bench.common import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,8 +11,8 @@ import pytest
 import redis
 from kombu.transport import redis as kombu_redis
 
+from bench.common import free_port
 from core.config import settings
-from tests.ports import free_port
 from workers import dispatch
 from workers.celery_app import celery_app
 

@@ -13,10 +13,10 @@ import pytest
 from factories import TINY_SFT, add_file, add_job, add_running_job, events_of, get_job, wait_for
 from sqlalchemy import select, update
 
+from bench.common import free_port
 from core.db import session_scope
 from core.events import append_event
 from core.models import Checkpoint, Job, Model
-from tests.ports import free_port
 from workers import dispatch
 from workers.reporter import TERMINAL
 from workers.resolve import job_dirs

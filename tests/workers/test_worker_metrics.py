@@ -20,9 +20,9 @@ from factories import add_file
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.common import free_port
 from core.db import session_scope
 from core.models import File, Job, Project, utcnow
-from tests.ports import free_port
 from workers import metrics
 
 ROOT = Path(__file__).resolve().parents[2]
