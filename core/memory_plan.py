@@ -52,7 +52,9 @@ LOSS_HEAD_TEMPS = {"sft": 3.5, "actor": 6.0, "inference": 3.0}
 (log-softmax, its backward and the slice's gradient), the PPO actor's (log-probs and entropy), and a
 no-grad log-prob pass. Measured with `bench.memory_plan`."""
 SAMPLING_BYTES_PER_LOGIT = 40
-"""Sampling one token: float32 logits, float64 Gumbel noise and its int64 hash, per row and vocab entry."""
+"""Sampling one token, per row and vocabulary entry: the float32 logits, their scaled and softmax
+copies and the float64 cumulative mass the inverse-CDF draw searches (20 bytes), with room for top-k/top-p's
+sorted values and int64 indices."""
 CPU_ALLOCATOR_SLACK = 1.5
 """CPU workers: glibc keeps freed memory in its heaps (its mmap threshold rises to 32 MiB with the
 first large free), so the resident set peaks above the live bytes by about this multiple of a

@@ -7,15 +7,14 @@
   LoRA) and its prefix cache is reset; between rollouts it sleeps so training has the GPU memory.
   `vllm` is imported only when this backend is built, never at module import.
 
-Sampling is counter-based: the Gumbel noise for row `i`, step `t`, token `v` is a hash of
-(`seeds[i]`, `t`, `v`), so a row's sample depends only on its seed and its logits, not on which
-other rows share the batch or on any global RNG state. Splitting a batch across data-parallel
-workers, or resuming a job, therefore draws the same responses.
+Sampling is counter-based: row `i` at step `t` draws its token by inverting its distribution's
+CDF at one uniform that is a hash of (`seeds[i]`, `t`), so a row's sample depends only on its seed
+and its logits, not on which other rows share the batch or on any global RNG state. Splitting a
+batch across data-parallel workers, or resuming a job, therefore draws the same responses.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import inspect
 import json
@@ -82,28 +81,11 @@ def row_seed(*parts: int) -> int:
     return h
 
 
-def _mix32_(x: torch.Tensor) -> torch.Tensor:
-    """`mix32` in place on an int64 tensor: the same values, without a new `(batch, vocab)` tensor
-    per operation (about a third of a sampled step's noise cost on the demo model)."""
-    for _ in range(2):
-        x ^= x >> 16
-        x.mul_(_MIX).bitwise_and_(_M32)
-    x ^= x >> 16
-    return x
-
-
-@functools.lru_cache(maxsize=8)
-def _token_hashes(vocab: int, device: torch.device) -> torch.Tensor:
-    """`mix32` of every token id `(vocab,)`: the same at every step, so hashed once."""
-    return mix32(torch.arange(vocab, device=device, dtype=torch.int64))
-
-
-def gumbel_noise(seeds: torch.Tensor, step: int, vocab: int) -> torch.Tensor:
-    """`(batch, vocab)` standard Gumbel noise, a pure function of (seed, step, token id)."""
+def row_uniforms(seeds: torch.Tensor, step: int) -> torch.Tensor:
+    """`(batch,)` float64 uniforms in (0, 1), a pure function of (seed, step): 2**32 evenly spaced
+    values, each the midpoint of its cell, so neither end is reachable."""
     key = mix32((mix32(seeds & _M32) + step * 0x9E3779B) & _M32)
-    bits = _mix32_(key[:, None] ^ _token_hashes(vocab, seeds.device)[None, :])
-    uniform = bits.double().add_(0.5).div_(2.0**32)
-    return uniform.log_().neg_().log_().neg_()  # -log(-log(u)), in place
+    return key.double().add_(0.5).div_(2.0**32)
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = -1, top_p: float = 1.0) -> torch.Tensor:
@@ -123,13 +105,20 @@ def filter_logits(logits: torch.Tensor, top_k: int = -1, top_p: float = 1.0) -> 
 
 
 def sample_tokens(logits: torch.Tensor, seeds: torch.Tensor, step: int, params: SamplingParams) -> torch.Tensor:
-    """Next token per row: argmax when greedy, else argmax(logits / T + Gumbel) over the filtered
-    set, which is an exact sample of softmax(logits / T) restricted to it (the Gumbel-max trick)."""
+    """Next token per row: argmax when greedy, else an exact sample of softmax(logits / T) over the
+    filtered set, by inverse CDF: the first token whose cumulative mass exceeds `u * total`, `u` from
+    `row_uniforms`. One hash per row where the Gumbel-max trick needs one per vocabulary entry and two
+    logarithms each (about a third of a sampled decode step on a small model)."""
     if params.greedy:
         return logits.argmax(dim=-1)
-    scaled = filter_logits(logits.float() / params.temperature, params.top_k, params.top_p)
-    noise = gumbel_noise(seeds, step, logits.shape[-1]).to(scaled.dtype)
-    return (scaled + noise).argmax(dim=-1)
+    scaled = logits.float() if params.temperature == 1.0 else logits.float() / params.temperature
+    scaled = filter_logits(scaled, params.top_k, params.top_p)
+    # float64 cumulative mass: the CDF's steps stay exact to the probabilities' own rounding, and a
+    # filtered token (probability 0) is a zero-width step that no `u` lands on.
+    cdf = torch.softmax(scaled, dim=-1).cumsum(dim=-1, dtype=torch.float64)
+    target = row_uniforms(seeds, step).mul_(cdf[:, -1])
+    token = torch.searchsorted(cdf, target[:, None], right=True)[:, 0]
+    return token.clamp_(max=logits.shape[-1] - 1)
 
 
 # --- hf -----------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from engine.config import ModelConfig
 from engine.data import load_rows, pad, tokenize_prompts
 from engine.models import load_policy, load_tokenizer, reference_mode
 from engine.precision import autocast
-from engine.rollout import HFRollout, SamplingParams, gumbel_noise, mix32, row_seed
+from engine.rollout import HFRollout, SamplingParams, mix32, row_seed, row_uniforms
 
 VOCAB, PAD = 97, 0
 PLAIN = ModelConfig(use_remove_padding=False)
@@ -316,11 +316,13 @@ def test_other_architectures_are_refused():
 
 # --- sampler ---------------------------------------------------------------------------------------------
 
-def test_gumbel_noise_is_its_definition():
-    """The in-place noise equals the formula it implements, bit for bit (samples never change)."""
+def test_row_uniforms_are_their_definition():
+    """One hash of (seed, step) per row, the midpoint of its 2**32 cell: samples depend on nothing else."""
     seeds = torch.tensor([row_seed(5, i) for i in range(16)] + [0, 2**32 - 1])
-    token = mix32(torch.arange(301, dtype=torch.int64))
     for step in (0, 1, 17, 1000):
         key = mix32((mix32(seeds & 0xFFFFFFFF) + step * 0x9E3779B) & 0xFFFFFFFF)
-        uniform = (mix32(key[:, None] ^ token[None, :]).double() + 0.5) / 2.0**32
-        assert torch.equal(gumbel_noise(seeds, step, 301), -torch.log(-torch.log(uniform)))
+        expected = (key.double() + 0.5) / 2.0**32
+        u = row_uniforms(seeds, step)
+        assert torch.equal(u, expected)
+        assert bool((u > 0).all()) and bool((u < 1).all())
+    assert not torch.equal(row_uniforms(seeds, 0), row_uniforms(seeds, 1))

@@ -15,6 +15,7 @@ from engine.rollout import (
     filter_logits,
     make_rollout,
     row_seed,
+    row_uniforms,
     sample_tokens,
 )
 
@@ -82,7 +83,7 @@ def test_stops_at_eos(policy):
     assert eos in eos_token_ids(tokenizer, model)
 
 
-def test_gumbel_sampling_follows_softmax():
+def test_sampling_follows_softmax():
     logits = torch.tensor([2.0, 1.0, 0.0, -1.0])
     n = 20000
     seeds = torch.tensor([row_seed(1, i) for i in range(n)])
@@ -91,6 +92,28 @@ def test_gumbel_sampling_follows_softmax():
     torch.testing.assert_close(freq, torch.softmax(logits, -1), atol=0.015, rtol=0.0)
     hot = sample_tokens(logits.expand(n, -1), seeds, 0, SamplingParams(max_new_tokens=1, temperature=0.5))
     assert (hot == 0).float().mean() > freq[0]
+    # Each step draws afresh: the same rows at another step are not the same tokens.
+    again = sample_tokens(logits.expand(n, -1), seeds, 1, SamplingParams(max_new_tokens=1, temperature=1.0))
+    assert (again != tokens).float().mean() > 0.4
+
+
+def test_sampling_is_the_inverse_cdf_at_the_row_uniform():
+    """Row i takes the first token whose cumulative probability exceeds u_i: small and large u land on
+    the first and last tokens of the support, and filtered (zero-probability) tokens are never drawn,
+    wherever they sit in the vocabulary."""
+    logits = torch.tensor([float("-inf"), 0.0, float("-inf"), 1.0, 2.0, float("-inf")])
+    probs = torch.softmax(logits, -1).double()
+    cdf = probs.cumsum(-1)
+    n = 4000
+    seeds = torch.tensor([row_seed(9, i) for i in range(n)])
+    tokens = sample_tokens(logits.expand(n, -1), seeds, 3, SamplingParams(max_new_tokens=1))
+    u = row_uniforms(seeds, 3)
+    assert torch.equal(tokens, torch.searchsorted(cdf, (u * cdf[-1])[:, None], right=True)[:, 0])
+    assert set(tokens.tolist()) == {1, 3, 4}
+    assert bool((tokens[u < probs[1] * 0.99] == 1).all()) and bool((tokens[u > 1 - probs[4] * 0.99] == 4).all())
+    # top-k filtering reaches the sampler: only the two best remain.
+    top2 = sample_tokens(logits.expand(n, -1), seeds, 3, SamplingParams(max_new_tokens=1, top_k=2))
+    assert set(top2.tolist()) == {3, 4}
 
 
 def test_filter_logits():

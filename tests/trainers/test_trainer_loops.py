@@ -183,7 +183,9 @@ def _reward(tokens: list[int], digits: set[int]) -> float:
 
 def test_on_policy_rl_raises_the_reward(service, demo_assets, celery_worker):
     """GRPO-style: sample a group per prompt from the current weights, reward each answer by a rule,
-    advantage = reward - the group's mean, one `importance_sampling` step per round."""
+    advantage = reward - the group's mean, one `importance_sampling` step per round. Groups of 16: with 8,
+    whether 8 rounds clear the margin depended on the seed's sample stream (seed 0 did not, 1 and 2 did);
+    with 16 every seed tried (0 to 4) does."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(demo_assets["model"])
@@ -191,7 +193,7 @@ def test_on_policy_rl_raises_the_reward(service, demo_assets, celery_worker):
     prompts = [tokenizer(tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}],
                                                        add_generation_prompt=True, tokenize=False),
                          add_special_tokens=False)["input_ids"] for r in _rows(demo_assets, "prompts_train", 4)]
-    group = 8
+    group = 16
     trainer = service.create_training_client(demo_assets["model"], seed=0)
     means = []
     for _ in range(8):
