@@ -205,8 +205,10 @@ class Evaluation:
             lo, hi = w * len(prompts) // workers, (w + 1) * len(prompts) // workers
             if lo == hi:
                 continue
-            batch, _ = self.roles[sampler].submit(w, "generate", prompts[lo:hi], seeds[lo:hi], num_returns=2)
-            out.append((batch, self.roles[scorer].submit(w, "compute_scores", batch, meta[lo:hi])))
+            batch, _, scores = self.roles[sampler].submit_then(
+                w, "generate", (prompts[lo:hi], seeds[lo:hi]), [(self.roles[scorer], "compute_scores", (meta[lo:hi],))],
+                num_returns=2)
+            out.append((batch, scores))
         return out
 
     @staticmethod

@@ -269,18 +269,23 @@ class PPOTrainer:
             if not rows:  # fsdp2 roles: still join the collective unshard of each phase
                 refs.setdefault("idle", []).extend(self._idle(w, idle))
                 continue
-            batch, seconds = roles["actor"].submit(w, "generate", [prompts[i] for i in rows],
-                                                   [seeds[i] for i in rows], validate, greedy, num_returns=2)
+            # Everything that reads only the generated batch, chained behind the generation (one call
+            # on a colocated worker): its scores, then old log-probs, reference log-probs and values.
+            then: list[tuple[str, Any, str, tuple]] = [("scores", roles["reward"], "compute_scores",
+                                                        ([meta[i] for i in rows],))]
+            if not validate:
+                if not self.on_policy:
+                    then.append(("old", roles["actor"], "compute_log_prob", ()))
+                then.append(("ref", ref_role, "compute_ref_log_prob", ()))
+                if self.use_critic:
+                    then.append(("values", roles["critic"], "compute_values", ()))
+            batch, seconds, *outs = roles["actor"].submit_then(
+                w, "generate", ([prompts[i] for i in rows], [seeds[i] for i in rows], validate, greedy),
+                [(group, method, args) for _, group, method, args in then], num_returns=2)
             refs["batch"].append(batch)
             refs["gen"].append(seconds)
-            refs["scores"].append(roles["reward"].submit(w, "compute_scores", batch, [meta[i] for i in rows]))
-            if validate:
-                continue
-            if not self.on_policy:
-                refs["old"].append(roles["actor"].submit(w, "compute_log_prob", batch))
-            refs["ref"].append(ref_role.submit(w, "compute_ref_log_prob", batch))
-            if self.use_critic:
-                refs["values"].append(roles["critic"].submit(w, "compute_values", batch))
+            for (kind, *_), out in zip(then, outs, strict=True):
+                refs[kind].append(out)
         if extra_batch is not None:  # replayed samples: fresh log-probs and values, stored scores
             refs["extra_old"] = [roles["actor"].submit(0, "compute_log_prob", extra_batch)]
             refs["extra_ref"] = [ref_role.submit(0, "compute_ref_log_prob", extra_batch)]

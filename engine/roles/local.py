@@ -2,7 +2,7 @@
 process, on its one device, and Ray is never imported.
 
 `LocalRoleCluster` has the interface of `engine.roles.remote.RoleCluster` (`cluster[name].submit`,
-`submit_all`, `get`, `placement`, `shutdown`), so the driver loop is the same text for both
+`submit_all`, `submit_then`, `get`, `placement`, `shutdown`), so the driver loop is the same text for both
 executors. `submit` runs the call at once and returns a `Done` holding its result or its exception;
 a `Done` passed as an argument to a later call is replaced by its value, as Ray resolves object
 refs. Submission order is execution order, which is what a colocated Ray host does too.
@@ -67,6 +67,23 @@ class LocalRoleGroup:
 
     def submit_all(self, method: str, *args: Any, **kwargs: Any) -> list[Done]:
         return [self.submit(0, method, *args, **kwargs)]
+
+    def submit_then(self, worker: int, method: str, args: Sequence[Any],
+                    then: Sequence[tuple[Any, str, Sequence[Any]]], *, num_returns: int = 1) -> tuple[Any, ...]:
+        """See `submit_then` (the module function): the calls run now, in order."""
+        return submit_then(self, worker, method, args, then, num_returns=num_returns)
+
+
+def submit_then(group: Any, worker: int, method: str, args: Sequence[Any],
+                then: Sequence[tuple[Any, str, Sequence[Any]]], *, num_returns: int = 1) -> tuple[Any, ...]:
+    """`group.submit(worker, method, *args)`, then `other.submit(worker, name, first, *more)` for each
+    `(other, name, more)` of `then`, `first` being the first call's (first) output: a phase whose
+    calls all read what one call produced (the rollout batch). Returns the first call's `num_returns`
+    outputs, then one per entry of `then`. Either executor's groups; a colocated Ray host runs the
+    whole chain in one call instead (`RoleGroup.submit_then`)."""
+    head = group.submit(worker, method, *args, num_returns=num_returns)
+    outs = tuple(head) if num_returns != 1 else (head,)
+    return (*outs, *(other.submit(worker, name, outs[0], *more) for other, name, more in then))
 
 
 def get(refs: Sequence[Done], timeout: float | None = None) -> list[Any]:

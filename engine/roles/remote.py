@@ -38,6 +38,7 @@ from engine.distributed import WorkerLost, is_collective_failure, placement_stra
 from engine.errors import EngineError
 from engine.roles.actor import ActorRollout
 from engine.roles.critic import Critic
+from engine.roles.local import submit_then
 from engine.roles.reference import Reference
 from engine.roles.reward import Reward
 
@@ -74,6 +75,18 @@ class Colocated:
 
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self.roles[role], method)(*args, **kwargs)
+
+    def chain(self, first: tuple[str, str, tuple], then: Sequence[tuple[str, str, tuple]],
+              num_returns: int) -> tuple:
+        """`call(*first)`, then `call(role, method, head, *args)` for each of `then`, `head` being the
+        first call's (first) output, all in this process: one Ray call, and what the first call hands
+        the others (the rollout batch) never goes through the object store. Returns the first call's
+        `num_returns` outputs, then one per entry of `then`. Arguments are values (object refs inside
+        the tuples are not resolved)."""
+        role, method, args = first
+        out = self.call(role, method, *args)
+        outs = tuple(out) if num_returns != 1 else (out,)
+        return (*outs, *(self.call(r, m, outs[0], *a) for r, m, a in then))
 
 
 REMOTE_CLASSES: dict[type, Any] = ({cls: ray.remote(cls)
@@ -126,6 +139,19 @@ class RoleGroup:
             handle, prefix = self._method(worker, method)
             refs.append(handle.remote(*prefix, *args, **kwargs))
         return refs
+
+    def submit_then(self, worker: int, method: str, args: Sequence[Any],
+                    then: Sequence[tuple[RoleGroup, str, Sequence[Any]]], *, num_returns: int = 1) -> tuple[Any, ...]:
+        """`engine.roles.local.submit_then`: `method` on `worker`, then each call of `then` on its
+        group's same worker with the first output as its first argument. When one colocated host
+        serves every group's worker, the chain is one call to it (`Colocated.chain`): on this
+        machine a dependent call that reads a 200 KB batch from the object store cost 4-6 ms against
+        1.4 ms for an empty one."""
+        host = self.workers[worker % len(self.workers)]
+        if then and self.hosted and all(g.hosted and g.workers[worker % len(g.workers)] is host for g, _, _ in then):
+            return tuple(host.chain.options(num_returns=num_returns + len(then)).remote(
+                (self.name, method, tuple(args)), [(g.name, m, tuple(a)) for g, m, a in then], num_returns))
+        return submit_then(self, worker, method, args, then, num_returns=num_returns)
 
 
 def unwrap_ray_error(err: BaseException) -> BaseException:
