@@ -205,9 +205,9 @@ class Evaluation:
             lo, hi = w * len(prompts) // workers, (w + 1) * len(prompts) // workers
             if lo == hi:
                 continue
-            batch, _, scores = self.roles[sampler].submit_then(
-                w, "generate", (prompts[lo:hi], seeds[lo:hi]), [(self.roles[scorer], "compute_scores", (meta[lo:hi],))],
-                num_returns=2)
+            score = (self.roles[scorer], "compute_scores", (meta[lo:hi],))
+            batch, _, scores = self.roles[sampler].submit_then(w, "generate", (prompts[lo:hi], seeds[lo:hi]), [score],
+                                                               num_returns=2)
             out.append((batch, scores))
         return out
 

@@ -2,8 +2,8 @@
 process, on its one device, and Ray is never imported.
 
 `LocalRoleCluster` has the interface of `engine.roles.remote.RoleCluster` (`cluster[name].submit`,
-`submit_all`, `submit_then`, `get`, `placement`, `shutdown`), so the driver loop is the same text for both
-executors. `submit` runs the call at once and returns a `Done` holding its result or its exception;
+`submit_all`, `submit_then`, `get`, `placement`, `shutdown`), so the driver loop is the same text for
+both executors. `submit` runs the call at once and returns a `Done` holding its result or its exception;
 a `Done` passed as an argument to a later call is replaced by its value, as Ray resolves object
 refs. Submission order is execution order, which is what a colocated Ray host does too.
 
