@@ -86,7 +86,6 @@ class JobsCollector(Collector):
         for reason, count, created in queued:
             counts[reason or "none"] = counts.get(reason or "none", 0) + count
             if created is not None:
-                created = created if created.tzinfo else created.replace(tzinfo=now.tzinfo)
                 first = created if first is None else min(first, created)
         for reason, count in sorted(counts.items()):
             depth.add_metric([reason], count)

@@ -6,18 +6,20 @@ far the workers' and the sweepers' wall clocks drift (NTP off, a VM resumed from
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
-from sqlalchemy import DateTime, select
+from sqlalchemy import select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.functions import FunctionElement
+
+from core.models import UtcDateTime
 
 
 class db_now_sql(FunctionElement):
     """The database server's current time as an SQL expression (a value for an UPDATE's SET)."""
 
-    type = DateTime(timezone=True)
+    type = UtcDateTime()
     inherit_cache = True
     name = "db_now"
 
@@ -37,7 +39,7 @@ class db_ago_sql(FunctionElement):
     """The database server's time `seconds` ago (an SQL expression; `seconds` a bound number): a
     freshness cutoff computed in the statement that uses it, not in a round trip of its own."""
 
-    type = DateTime(timezone=True)
+    type = UtcDateTime()
     inherit_cache = True
     name = "db_ago"
 
@@ -58,8 +60,5 @@ _NOW = select(db_now_sql())  # built once: its cache key is computed once
 
 
 def db_now(db: Session) -> datetime:
-    """The database server's current time (aware, UTC)."""
-    value = db.scalar(_NOW)
-    if isinstance(value, str):  # SQLite hands back the text
-        value = datetime.fromisoformat(value)
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    """The database server's current time (aware, UTC: the column type reads SQLite's text as UTC)."""
+    return db.scalar(_NOW)

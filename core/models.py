@@ -17,6 +17,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    TypeDecorator,
     UniqueConstraint,
     false,
     text,
@@ -35,7 +36,35 @@ NAMING_CONVENTION = {
 }
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
-Timestamp = DateTime(timezone=True)
+
+
+class UtcDateTime(TypeDecorator):
+    """Every timestamp column: stored as UTC, read back aware (UTC) on PostgreSQL and SQLite alike.
+
+    SQLite keeps no zone: SQLAlchemy writes an aware value's wall clock as it is and reads it back
+    naive, so code comparing it with `utcnow()` raised and a non-UTC aware value would be stored
+    shifted. Here a value is converted to UTC before it is written (SQLite: as naive UTC text, the
+    form `core.clock.db_now_sql` and CURRENT_TIMESTAMP write too) and a naive value read back is UTC.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:  # a host-local or naive-UTC value is ambiguous: refuse it loudly
+            raise ValueError(f"naive datetime for a timestamp column: {value!r} (use core.models.utcnow())")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+Timestamp = UtcDateTime()
 
 
 def utcnow() -> datetime:

@@ -103,7 +103,7 @@ class WorkerCollector(Collector):
             if (tps := tokens_per_second(values)) is not None:
                 tokens[method] += tps
             if beat is not None:
-                age = (now - (beat if beat.tzinfo else beat.replace(tzinfo=now.tzinfo))).total_seconds()
+                age = (now - beat).total_seconds()
                 oldest = age if oldest is None else max(oldest, age)
 
         jobs = GaugeMetricFamily("keel_worker_jobs_running", "Jobs this worker's processes are running.",

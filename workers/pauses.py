@@ -9,7 +9,7 @@ against `trainer.max_duration_s`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -25,10 +25,6 @@ class PauseHistory:
     """Time from each `paused` to the next `running`."""
 
 
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
 def pause_history(db: Session, job_id: str) -> PauseHistory:
     rows = db.execute(select(JobEvent.data, JobEvent.created_at)
                       .where(JobEvent.job_id == job_id, JobEvent.type == "job.status").order_by(JobEvent.seq)).all()
@@ -39,9 +35,9 @@ def pause_history(db: Session, job_id: str) -> PauseHistory:
         status = data.get("status") if isinstance(data, dict) else None
         if status == "paused":
             attempts += previous == "pausing"
-            paused_at = _aware(at)
+            paused_at = at
         elif status == "running" and paused_at is not None:
-            seconds += max(0.0, (_aware(at) - paused_at).total_seconds())
+            seconds += max(0.0, (at - paused_at).total_seconds())
             paused_at = None
         previous = status
     return PauseHistory(attempts, seconds)

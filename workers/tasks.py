@@ -24,7 +24,6 @@ import socket
 import threading
 import uuid
 from dataclasses import dataclass
-from datetime import UTC
 from pathlib import Path
 
 from celery.signals import worker_process_init, worker_ready, worker_shutdown
@@ -195,7 +194,7 @@ def execute(claim: Claim) -> str:
                 job = db.get(Job, job_id)
                 request = resolve_request(db, job)
                 if job.started_at is not None:  # trainer.max_duration_s counts earlier attempts (database clock)
-                    used = (db_now(db) - job.started_at.replace(tzinfo=job.started_at.tzinfo or UTC)).total_seconds()
+                    used = (db_now(db) - job.started_at).total_seconds()
                     used -= pause_history(db, job_id).seconds  # but not time spent paused
                     request = dataclasses.replace(request, time_used_s=max(0.0, used))
                 model_name = output_model_name(db, job)
