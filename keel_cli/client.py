@@ -1,6 +1,7 @@
 """Client commands (`keel files|jobs|checkpoints|models ...`), built on the generated SDK (`keel_client`).
 
-They talk to `KEEL_URL` (default http://127.0.0.1:8000) with `KEEL_API_KEY` (default: the key `keel up`
+They talk to `KEEL_URL` (default: the address `keel up` serves on, `KEEL_HOST`:`KEEL_PORT`, i.e.
+http://127.0.0.1:8000) with `KEEL_API_KEY` (default: the key `keel up`
 saved in `$KEEL_HOME/api_key`, i.e. `.keel/api_key`). A refused request prints the problem's title,
 detail and param and exits 1. Nothing here imports the engine, torch or the server's modules."""
 
@@ -44,7 +45,6 @@ from rich.progress import (
 )
 from rich.table import Table
 
-DEFAULT_URL = "http://127.0.0.1:8000"
 METHODS = ("sft", "reward_model", "rm_distill", "dpo", "ppo", "eval")
 KEY_METRICS = {
     "sft": ("train/loss", "val/loss"),
@@ -60,9 +60,9 @@ console = Console()
 err_console = Console(stderr=True)
 
 files_app = typer.Typer(help="Upload and list datasets.", no_args_is_help=True)
-jobs_app = typer.Typer(help="Create, list, watch, pause, resume and cancel training jobs.", no_args_is_help=True)
-checkpoints_app = typer.Typer(help="Download checkpoints.", no_args_is_help=True)
-models_app = typer.Typer(help="Download trained models.", no_args_is_help=True)
+jobs_app = typer.Typer(help="Create, list, watch, show the logs of, pause, resume, cancel and delete training jobs.", no_args_is_help=True)
+checkpoints_app = typer.Typer(help="List and download checkpoints.", no_args_is_help=True)
+models_app = typer.Typer(help="List and download trained models.", no_args_is_help=True)
 
 
 # --- connection and errors ------------------------------------------------------------------------
@@ -76,7 +76,17 @@ class CliError(Exception):
 
 
 def base_url() -> str:
-    return os.environ.get("KEEL_URL", "").strip() or DEFAULT_URL
+    """`KEEL_URL`, else where `keel up` listens with the same environment (`KEEL_HOST`, `KEEL_PORT`)."""
+    url = os.environ.get("KEEL_URL", "").strip()
+    if url:
+        return url.rstrip("/")
+    host = os.environ.get("KEEL_HOST", "").strip() or "127.0.0.1"
+    port = os.environ.get("KEEL_PORT", "").strip() or "8000"
+    if host in ("0.0.0.0", "::", "[::]"):  # a wildcard bind is reached on loopback
+        host = "127.0.0.1"
+    elif ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
 
 
 def api_key() -> str:

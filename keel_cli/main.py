@@ -9,6 +9,7 @@ import typer
 
 from keel_cli.client import checkpoints_app, files_app, jobs_app, models_app
 from keel_cli.demo import demo
+from keel_cli.listings import trainers_app
 from keel_cli.server import api, create_key, keys_app, migrate, up, worker
 
 app = typer.Typer(help="Keel: an offline-RLHF training service.", no_args_is_help=True)
@@ -21,6 +22,7 @@ app.add_typer(files_app, name="files")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(checkpoints_app, name="checkpoints")
 app.add_typer(models_app, name="models")
+app.add_typer(trainers_app, name="trainers")
 app.command()(demo)
 
 
