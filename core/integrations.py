@@ -8,15 +8,17 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from core import secretbox
+from core.addresses import UnsafeUrl, check_url
 from core.config import settings
 from core.models import ProjectSecret
-from core.webhooks import UnsafeUrl, check_url
 
 SECRET_NAMES = {
     "wandb": ("WANDB_API_KEY", "WANDB_BASE_URL"),
     "mlflow": ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"),
 }
 """The project secrets each integration reads (`PUT /v1/projects/current/secrets/{name}`)."""
+URL_SECRETS = frozenset({"WANDB_BASE_URL"})
+"""Secrets a worker connects to: checked as every tenant URL is (`core.addresses`), when set and at connect time."""
 
 
 def tensorboard_key(job_id: str) -> str:
@@ -37,6 +39,15 @@ def check_tracking_uri(uri: str) -> None:
         check_url(uri)
     except UnsafeUrl as exc:
         raise ValueError(str(exc)) from exc
+
+
+def check_secret(name: str, value: str) -> None:
+    """A project secret's value, as far as Keel reads it; ValueError says why it may not be used."""
+    if name in URL_SECRETS:
+        try:
+            check_url(value)
+        except UnsafeUrl as exc:
+            raise ValueError(str(exc)) from exc
 
 
 def project_secrets(db: Session, project_id: str, names: tuple[str, ...]) -> dict[str, str]:

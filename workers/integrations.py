@@ -33,7 +33,7 @@ from core.clock import db_now
 from core.config import settings
 from core.db import session_factory
 from core.events import append_event
-from core.integrations import SECRET_NAMES, project_secrets, tensorboard_key
+from core.integrations import SECRET_NAMES, check_secret, check_tracking_uri, project_secrets, tensorboard_key
 from core.models import EventCursor, Job, JobEvent
 from core.storage import get_storage
 from workers.webhooks import _insert
@@ -63,6 +63,7 @@ class WandbSink:
         workdir.mkdir(parents=True, exist_ok=True)
         options: dict[str, Any] = {"mode": mode, "silent": True, "x_disable_stats": True, "api_key": key or None}
         if secrets.get("WANDB_BASE_URL"):
+            check_secret("WANDB_BASE_URL", secrets["WANDB_BASE_URL"])  # again now: DNS may have changed
             options["base_url"] = secrets["WANDB_BASE_URL"]
         # The run id is the job's, so a worker that takes over resumes the same run.
         self.run = wandb.init(project=spec["project"], entity=spec.get("entity"), name=spec.get("name") or job_id,
@@ -108,6 +109,7 @@ class MLflowSink:
         import mlflow
 
         self.secrets = secrets
+        check_tracking_uri(spec["tracking_uri"])  # again at connect time: DNS may have changed since creation
         with self._credentials():
             self.client = mlflow.MlflowClient(tracking_uri=spec["tracking_uri"])
             run_id = state.get("mlflow_run_id")

@@ -11,9 +11,10 @@ from fastapi import Path as PathParam
 from sqlalchemy import delete, select
 
 from api.deps import AdminCaller, SessionDep
-from api.errors import not_found, problem_responses
+from api.errors import ApiError, not_found, problem_responses
 from api.schemas.secrets import SecretDeleted, SecretName, SecretPublic, SecretsPublic, SecretWrite
 from core import secretbox
+from core.integrations import check_secret
 from core.models import ProjectSecret, utcnow
 
 router = APIRouter(prefix="/v1/projects/current/secrets", tags=["secrets"])
@@ -29,7 +30,12 @@ def secret_public(row: ProjectSecret) -> SecretPublic:
 @router.put("/{name}", summary="Set a project secret", response_model=SecretPublic,
             responses=problem_responses(401, 403, 422, 429))
 def set_project_secret(name: NamePath, body: SecretWrite, caller: AdminCaller, db: SessionDep):
-    """Create or replace a secret of the caller's project. The answer never holds the value."""
+    """Create or replace a secret of the caller's project. The answer never holds the value. A URL a
+    worker will connect to (`WANDB_BASE_URL`) must be http(s) on a public address."""
+    try:
+        check_secret(name, body.value)  # blocking DNS: this sync handler runs in the thread pool
+    except ValueError as exc:
+        raise ApiError(422, "invalid_url", f"{name}: {exc}", param="value") from exc
     row = db.get(ProjectSecret, (caller.project.id, name))
     if row is None:
         row = ProjectSecret(project_id=caller.project.id, name=name, value=secretbox.seal(body.value))
