@@ -2,10 +2,13 @@
 `/docs` and ReDoc at `/redoc` whose JS/CSS the app serves itself.
 
 The assets come from the `fastapi-offline` package (a pip dependency), so the pages work with no
-internet and no CDN. Only this module knows where the files live."""
+internet and no CDN. ReDoc's bundle names one remote file, the Redocly logo in its side menu: the app
+serves the bundle with that address pointing at a logo of its own. Only this module knows where the
+files live."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 from collections.abc import Sequence
@@ -14,13 +17,17 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from api.errors import PROBLEM_JSON, Problem
 
 ASSETS_PATH = "/docs-assets"
 ASSET_FILES = ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js", "favicon.png")
+REDOC_REMOTE_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"
+REDOC_LOGO = ("data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E"
+              "%3Crect width='16' height='16' rx='3' fill='%23d63c3c'/%3E%3C/svg%3E")
+"""ReDoc's side-menu logo, inline: the bundle would fetch REDOC_REMOTE_LOGO from a CDN on every view."""
 
 TAGS = [
     {"name": "files", "description": "Datasets: upload (checked and deduplicated), list, preview, download, delete."},
@@ -102,6 +109,15 @@ def assets_dir() -> Path:
     return static
 
 
+@functools.cache
+def redoc_bundle() -> bytes:
+    """ReDoc's standalone bundle with its one remote address (the logo) replaced by REDOC_LOGO."""
+    js = (assets_dir() / "redoc.standalone.js").read_text(encoding="utf-8")
+    if REDOC_REMOTE_LOGO not in js:  # a new ReDoc release: tests/api/test_docs_browser.py checks the page
+        return js.encode()
+    return js.replace(REDOC_REMOTE_LOGO, REDOC_LOGO).encode()
+
+
 def install(app: FastAPI, documented: Sequence[APIRouter] = ()) -> None:
     """Finish the OpenAPI document; register `/docs`, `/redoc` and the asset mount (none of them in it).
     `documented`: the app's routers in the order the document lists their paths, whatever order the
@@ -113,6 +129,13 @@ def install(app: FastAPI, documented: Sequence[APIRouter] = ()) -> None:
         return problem_json_errors(paths_in_order(generate(), documented))
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+    # Before the mount, which would otherwise serve the unpatched file.
+    @app.get(f"{ASSETS_PATH}/redoc.standalone.js", include_in_schema=False)
+    def redoc_js() -> Response:
+        return Response(redoc_bundle(), media_type="text/javascript; charset=utf-8",
+                        headers={"Cache-Control": "public, max-age=3600"})
+
     app.mount(ASSETS_PATH, StaticFiles(directory=assets_dir()), name="docs-assets")
     openapi_url = app.openapi_url or "/openapi.json"
     title = app.title

@@ -79,3 +79,32 @@ def test_redoc_renders_every_operation(chromium, served_app):
     dom = _dump_dom(chromium, f"{url}/redoc")
     missing = [op for _, op in _operations(app) if f'data-section-id="operation/{op}"' not in dom]
     assert missing == [], f"operations not rendered by ReDoc: {missing}"
+
+
+@pytest.mark.parametrize("page", ["/redoc", "/docs"])
+def test_docs_pages_request_nothing_outside_the_app(chromium, served_app, page):
+    """Every request the rendered page makes (scripts, styles, fonts, images such as ReDoc's logo, which
+    its bundle fetches from cdn.redoc.ly) goes to the app itself."""
+    from playwright.sync_api import sync_playwright
+
+    _, url = served_app
+    requests: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True,
+                                    args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
+        try:
+            context = browser.new_context()
+            context.route("**/*", lambda route: (requests.append(route.request.url),
+                                                 route.continue_() if route.request.url.startswith(url + "/")
+                                                 else route.abort()))
+            tab = context.new_page()
+            tab.goto(url + page)
+            tab.wait_for_selector("[data-section-id^='operation/']" if page == "/redoc" else ".opblock")
+            tab.wait_for_load_state("networkidle")
+            images = tab.eval_on_selector_all("img", "els => els.map(e => e.src)")
+        finally:
+            browser.close()
+    assert requests and all(r.startswith(url + "/") for r in requests), \
+        f"requests outside the app: {[r for r in requests if not r.startswith(url + '/')]}"
+    if page == "/redoc":  # the side menu's logo is drawn, from the app
+        assert images and not [src for src in images if src.startswith("http") and not src.startswith(url)]
