@@ -17,7 +17,7 @@ from typing import Any, Literal
 from engine.errors import ConfigError
 
 Dtype = Literal["float32", "bfloat16", "float16"]
-Truncation = Literal["error", "left", "right"]
+Truncation = Literal["error", "left", "right", "middle"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
@@ -116,6 +116,10 @@ class DataConfig:
     max_length: int | None = None
     """SFT / reward model: cap on prompt+response tokens (defaults to the sum of the two above)."""
     truncation: Truncation = "error"
+    """Too-long rows: `error` fails the job at the first; else the prompt is cut (`left` keeps its
+    end, `right` its start, `middle` both ends) and a response always loses its end."""
+    filter_overlong_prompts: bool = False
+    """Drop rows whose prompt is longer than `max_prompt_length` (before any truncation)."""
     shuffle: bool = True
 
     @property
@@ -405,6 +409,8 @@ class EvalDataConfig:
     max_prompt_length: int = 1024
     max_response_length: int = 2048
     truncation: Truncation = "error"
+    filter_overlong_prompts: bool = False
+    """Drop prompts longer than `max_prompt_length` (before any truncation)."""
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {
     "prompts": ("ground_truth", "data_source"),
     "sft": (),
 }
-TRUNCATIONS = ("error", "left", "right")
+TRUNCATIONS = ("error", "left", "right", "middle")
 _PARQUET_MAGIC = b"PAR1"
 _READ_BATCH_ROWS = 1024
 """Rows per streamed parquet batch: bounded memory whatever the file size."""
@@ -233,14 +233,27 @@ def _check_truncation(truncation: str) -> None:
         raise DataError(f"truncation must be one of {TRUNCATIONS}, got {truncation!r}", param="truncation")
 
 
+def _cut(ids: list[int], limit: int, truncation: str) -> list[int]:
+    """`ids` cut to `limit` tokens: `left` keeps the end (nearest the response), `right` the start,
+    `middle` both ends (the start's half rounded down)."""
+    if len(ids) <= limit:
+        return ids
+    if truncation == "left":
+        return ids[len(ids) - limit:] if limit else []
+    if truncation == "middle":
+        head = limit // 2
+        return ids[:head] + (ids[len(ids) - (limit - head):] if limit - head else [])
+    return ids[:limit]
+
+
 def _fit_prompt(ids: list[int], limit: int, truncation: str, row: int) -> list[int]:
-    """Apply the truncation policy to a prompt: `left` keeps its end (nearest the response)."""
+    """Apply the truncation policy to a prompt (`_cut`); `error` refuses a long one."""
     if len(ids) <= limit:
         return ids
     if truncation == "error":
         raise DataError(f"row {row}: prompt has {len(ids)} tokens, more than max_prompt_length={limit}",
                         param="prompt", data={"row": row, "length": len(ids), "max": limit})
-    return ids[len(ids) - limit:] if truncation == "left" else ids[:limit]
+    return _cut(ids, limit, truncation)
 
 
 def _fit_response(ids: list[int], limit: int, truncation: str, row: int, column: str = "response") -> list[int]:
@@ -253,41 +266,85 @@ def _fit_response(ids: list[int], limit: int, truncation: str, row: int, column:
     return ids[:limit]
 
 
-def tokenize_sft(rows: Iterable[dict[str, Any]], tokenizer: Any, max_prompt_length: int,
-                 max_response_length: int, truncation: str) -> list[SFTExample]:
-    """`sft` rows -> prompt ids (<= max_prompt_length) + response ids + EOS (<= max_response_length)."""
-    _check_truncation(truncation)
-    out = []
+def _kept(rows: Iterable[dict[str, Any]], tokenizer: Any, max_prompt_length: int, filter_overlong_prompts: bool
+          ) -> Iterator[tuple[int, dict[str, Any], list[int]]]:
+    """(row index, row, prompt ids) of the rows that stay: with `filter_overlong_prompts` (VERL's
+    name), rows whose prompt is longer than `max_prompt_length` are dropped before any truncation.
+    A file that loses every row is an error (nothing would train)."""
+    seen = kept = 0
     for i, r in enumerate(rows):
-        prompt = _fit_prompt(prompt_token_ids(tokenizer, r["prompt"]), max_prompt_length, truncation, i)
+        seen += 1
+        prompt = prompt_token_ids(tokenizer, r["prompt"])
+        if filter_overlong_prompts and len(prompt) > max_prompt_length:
+            continue
+        kept += 1
+        yield i, r, prompt
+    if seen and not kept:
+        raise DataError(f"filter_overlong_prompts dropped all {seen} rows: every prompt is longer than "
+                        f"max_prompt_length={max_prompt_length}", param="max_prompt_length",
+                        data={"row": 0, "max": max_prompt_length})
+
+
+def filter_key(data: Any) -> dict[str, int]:
+    """What filtering adds to a cache key of tokenized pairs (nothing when it is off, so keys written
+    before the option existed still match)."""
+    return {"filter_overlong_prompts": data.max_prompt_length} if data.filter_overlong_prompts else {}
+
+
+def tokenize_sft(rows: Iterable[dict[str, Any]], tokenizer: Any, max_prompt_length: int,
+                 max_response_length: int, truncation: str, *, max_length: int | None = None,
+                 filter_overlong_prompts: bool = False) -> list[SFTExample]:
+    """`sft` rows -> prompt ids (<= max_prompt_length) + response ids + EOS (<= max_response_length),
+    the whole <= `max_length` (None: the sum of the two).
+
+    Truncation: the prompt by the policy (`_cut`), the response always on the right, first to
+    `max_response_length`, then so that prompt + response fits `max_length` (a prompt is cut to
+    leave at least one response token). `error` refuses any of these overflows.
+    """
+    _check_truncation(truncation)
+    total = max_length or (max_prompt_length + max_response_length)
+    out = []
+    for i, r, prompt in _kept(rows, tokenizer, max_prompt_length, filter_overlong_prompts):
+        prompt = _fit_prompt(prompt, max_prompt_length, truncation, i)
         response = _fit_response(response_token_ids(tokenizer, r["response"]), max_response_length, truncation, i)
+        if len(prompt) + len(response) > total:
+            if truncation == "error":
+                n = len(prompt) + len(response)
+                raise DataError(f"row {i}: prompt + response has {n} tokens, more than max_length={total}",
+                                param="response", data={"row": i, "length": n, "max": total})
+            prompt = _cut(prompt, max(total - 1, 0), truncation)
+            response = response[:total - len(prompt)]
         out.append(SFTExample(input_ids=prompt + response, prompt_len=len(prompt)))
     return out
 
 
 def tokenize_prompts(rows: Iterable[dict[str, Any]], tokenizer: Any, max_prompt_length: int,
-                     truncation: str) -> list[PromptExample]:
+                     truncation: str, *, filter_overlong_prompts: bool = False) -> list[PromptExample]:
     """`prompts` rows -> prompt ids (chat template with generation prompt when the tokenizer has one)."""
     _check_truncation(truncation)
     return [PromptExample(
-        prompt_ids=_fit_prompt(prompt_token_ids(tokenizer, r["prompt"]), max_prompt_length, truncation, i),
+        prompt_ids=_fit_prompt(prompt, max_prompt_length, truncation, i),
         ground_truth=r.get("ground_truth"), data_source=r.get("data_source"), text=_prompt_text(r["prompt"]),
         conversation=r["prompt"],
-    ) for i, r in enumerate(rows)]
+    ) for i, r, prompt in _kept(rows, tokenizer, max_prompt_length, filter_overlong_prompts)]
 
 
 def tokenize_preference(rows: Iterable[dict[str, Any]], tokenizer: Any, max_length: int,
-                        truncation: str) -> list[PairExample]:
+                        truncation: str, *, max_prompt_length: int | None = None,
+                        filter_overlong_prompts: bool = False) -> list[PairExample]:
     """`preference` rows -> (prompt + chosen + EOS, prompt + rejected + EOS), each <= max_length.
 
-    Truncation: `error` refuses a long pair (param = the longer column); `left` drops prompt tokens
-    from its start first, then cuts the response end if the response alone is too long; `right`
-    cuts the sequence end.
+    Truncation: `error` refuses a long pair (param = the longer column); `left` and `middle` cut the
+    response's end only if the response alone is longer than `max_length`, then cut the prompt to
+    the room left (`left` keeps its end, `middle` both ends); `right` cuts the sequence end (the
+    prompt stays whole when it fits). `filter_overlong_prompts` first drops pairs whose prompt is
+    longer than `max_prompt_length`.
     """
     _check_truncation(truncation)
+    if filter_overlong_prompts and max_prompt_length is None:
+        raise ValueError("filter_overlong_prompts needs max_prompt_length")
     out = []
-    for i, r in enumerate(rows):
-        prompt = prompt_token_ids(tokenizer, r["prompt"])
+    for i, r, prompt in _kept(rows, tokenizer, max_prompt_length or 0, filter_overlong_prompts):
         pair, prompt_lens = [], []
         for column in ("chosen", "rejected"):
             response = response_token_ids(tokenizer, r[column])
@@ -297,11 +354,11 @@ def tokenize_preference(rows: Iterable[dict[str, Any]], tokenizer: Any, max_leng
                     raise DataError(
                         f"row {i}: prompt + {column} has {total} tokens, more than max_length={max_length}",
                         param=column, data={"row": i, "length": total, "max": max_length})
-                if truncation == "left":
+                if truncation in ("left", "middle"):
                     response = response[:max_length]
-                    keep = max_length - len(response)
-                    ids = (prompt[len(prompt) - keep:] if keep else []) + response
-                    prompt_lens.append(keep)
+                    kept = _cut(prompt, max_length - len(response), truncation)
+                    ids = kept + response
+                    prompt_lens.append(len(kept))
                 else:
                     ids = (prompt + response)[:max_length]
                     prompt_lens.append(min(len(prompt), max_length))

@@ -102,7 +102,8 @@ def reference_key(request: JobRequest) -> str:
         "version": CACHE_VERSION, "reference": model_digest(request.model_path),
         "train": content_digest(request.training_file), "val": content_digest(request.validation_file),
         "seed": request.seed, "max_length": cfg.data.max_total_length, "truncation": cfg.data.truncation,
-        "dtype": cfg.model.dtype, "packed": cfg.model.use_remove_padding}, sort_keys=True)
+        "dtype": cfg.model.dtype, "packed": cfg.model.use_remove_padding, **data_lib.filter_key(cfg.data)},
+        sort_keys=True)
 
 
 def read_reference_logps(path: str) -> tuple[str | None, dict[str, tuple[np.ndarray, np.ndarray]]]:
@@ -183,7 +184,9 @@ class DPOTask:
 
     def _tokenize_pairs(self, rows: list[dict]) -> list[data_lib.PairExample]:
         d = self.cfg.data
-        return data_lib.tokenize_preference(rows, self.tokenizer, d.max_total_length, d.truncation)
+        return data_lib.tokenize_preference(rows, self.tokenizer, d.max_total_length, d.truncation,
+                                            max_prompt_length=d.max_prompt_length,
+                                            filter_overlong_prompts=d.filter_overlong_prompts)
 
     def tokenize(self, rows: list[dict], split: str) -> list[DPOExample]:
         pairs = self._tokenize_pairs(rows)

@@ -95,7 +95,9 @@ class Evaluation:
             self.shared_vocab = self.compare_tokenizer.get_vocab() == self.tokenizer.get_vocab()
 
     def _tokenize(self, tokenizer: Any) -> list[PromptExample]:
-        return tokenize_prompts(self.rows, tokenizer, self.cfg.data.max_prompt_length, self.cfg.data.truncation)
+        d = self.cfg.data
+        return tokenize_prompts(self.rows, tokenizer, d.max_prompt_length, d.truncation,
+                                filter_overlong_prompts=d.filter_overlong_prompts)
 
     def _reward_kwargs(self) -> dict[str, Any]:
         spec = dict(self.request.reward or {})

@@ -128,11 +128,13 @@ class PPOTrainer:
         tokenizer = load_tokenizer(self.artifacts.stage(req.model_path))
         self.pad_id = tokenizer.pad_token_id
         rows = load_rows(self.artifacts.stage(req.training_file), "prompts")
-        self.train = tokenize_prompts(rows, tokenizer, cfg.data.max_prompt_length, cfg.data.truncation)
+        self.train = tokenize_prompts(rows, tokenizer, cfg.data.max_prompt_length, cfg.data.truncation,
+                                      filter_overlong_prompts=cfg.data.filter_overlong_prompts)
         self.val: list[PromptExample] = []
         if req.validation_file:
             val_rows = load_rows(self.artifacts.stage(req.validation_file), "prompts")
-            self.val = tokenize_prompts(val_rows, tokenizer, cfg.data.max_prompt_length, cfg.data.truncation)
+            self.val = tokenize_prompts(val_rows, tokenizer, cfg.data.max_prompt_length, cfg.data.truncation,
+                                        filter_overlong_prompts=cfg.data.filter_overlong_prompts)
         self.steps_per_epoch = len(self.train) // cfg.data.train_batch_size
         if self.steps_per_epoch == 0:
             raise DataError(f"the training file has {len(self.train)} prompts, fewer than "

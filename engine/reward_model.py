@@ -86,7 +86,9 @@ class _PairTask:
 
     def _tokenize_pairs(self, rows: list[dict], tokenizer: Any) -> list[data_lib.PairExample]:
         d = self.cfg.data
-        return data_lib.tokenize_preference(rows, tokenizer, d.max_total_length, d.truncation)
+        return data_lib.tokenize_preference(rows, tokenizer, d.max_total_length, d.truncation,
+                                            max_prompt_length=d.max_prompt_length,
+                                            filter_overlong_prompts=d.filter_overlong_prompts)
 
     @staticmethod
     def _pair(example: Any) -> data_lib.PairExample:
@@ -208,7 +210,7 @@ def _teacher_fingerprint(request: JobRequest) -> str:
                        "train": content_digest(request.training_file),
                        "val": content_digest(request.validation_file), "seed": request.seed,
                        "max_length": d.max_total_length, "truncation": d.truncation,
-                       "dtype": request.config.model.dtype}, sort_keys=True)
+                       "dtype": request.config.model.dtype, **data_lib.filter_key(d)}, sort_keys=True)
 
 
 class DistillTask(_PairTask):

@@ -92,7 +92,8 @@ class SFTTask:
 
     def tokenize(self, rows: list[dict], split: str) -> list[data_lib.SFTExample]:
         d = self.cfg.data
-        return data_lib.tokenize_sft(rows, self.tokenizer, d.max_prompt_length, d.max_response_length, d.truncation)
+        return data_lib.tokenize_sft(rows, self.tokenizer, d.max_prompt_length, d.max_response_length, d.truncation,
+                                     max_length=d.max_length, filter_overlong_prompts=d.filter_overlong_prompts)
 
     def length(self, example: data_lib.SFTExample) -> int:
         return len(example.input_ids)

@@ -20,7 +20,6 @@ import pydantic.types
 import yaml
 from pydantic import (
     AfterValidator,
-    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
@@ -29,6 +28,8 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from api.schemas.text import NulFree
+
 MAX_SIZE = 10**6
 """Upper bound for batch sizes, sequence lengths and token budgets: anything larger is a typo."""
 MAX_STEPS = 10**8
@@ -36,7 +37,7 @@ MAX_SECONDS = 365 * 86400.0
 """Upper bound for durations: a year."""
 
 Dtype = Literal["float32", "bfloat16", "float16"]
-Truncation = Literal["error", "left", "right"]
+Truncation = Literal["error", "left", "right", "middle"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLType = Literal["kl", "abs", "mse", "low_var_kl"]
 
@@ -82,8 +83,8 @@ TargetModules = Annotated[ModuleName | Annotated[tuple[ModuleName, ...], LAX, Fi
 Freq = Annotated[int, AfterValidator(_freq)]
 
 
-class Strict(BaseModel):
-    """Base of every request schema: unknown keys, type coercion and non-finite floats are refused."""
+class Strict(NulFree):
+    """Base of every request schema: unknown keys, type coercion, non-finite floats and NUL are refused."""
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, use_attribute_docstrings=True)
 
@@ -238,6 +239,10 @@ class DataConfig(Strict):
     max_length: Size | None = None
     """SFT / reward model: cap on prompt+response tokens (defaults to the sum of the two above)."""
     truncation: Truncation = "error"
+    """Too-long rows: `error` fails the job at the first; else the prompt is cut (`left` keeps its
+    end, `right` its start, `middle` both ends) and a response always loses its end."""
+    filter_overlong_prompts: bool = False
+    """Drop rows whose prompt is longer than `max_prompt_length` (before any truncation)."""
     shuffle: bool = True
 
 
@@ -551,6 +556,8 @@ class EvalDataConfig(Strict):
     max_prompt_length: Size = 1024
     max_response_length: Size = 2048
     truncation: Truncation = "error"
+    filter_overlong_prompts: bool = False
+    """Drop prompts longer than `max_prompt_length` (before any truncation)."""
 
 
 class EvalModelConfig(Strict):

@@ -198,24 +198,95 @@ def test_truncation_policies(tok):
     [p] = tokenize_prompts(rows, tok, 5, "left")
     assert p.prompt_ids == full.input_ids[plen - 5: plen]
     with pytest.raises(DataError):
-        tokenize_prompts(rows, tok, 5, "middle")
+        tokenize_prompts(rows, tok, 5, "center")
 
 
-def test_preference_truncation(tok):
-    rows = [{"prompt": "one two three four five six", "chosen": "a b c d e f g h", "rejected": "no"}]
-    [full] = tokenize_preference(rows, tok, 100, "error")
-    assert full.margin == 0.0 and full.chosen_ids[-1] == full.rejected_ids[-1] == tok.eos_token_id
-    limit = len(full.chosen_ids) - 2
+def test_middle_truncation_keeps_both_ends(tok):
+    rows = [{"prompt": "one two three four five six seven eight", "response": "a b c d e f g h i j"}]
+    full = tokenize_sft(rows, tok, 100, 100, "error")[0]
+    plen = full.prompt_len
+    middle = tokenize_sft(rows, tok, 5, 100, "middle")[0]
+    assert middle.prompt_len == 5
+    assert middle.input_ids[:5] == full.input_ids[:2] + full.input_ids[plen - 3: plen]
+    assert middle.input_ids[5:] == full.input_ids[plen:]
+    [p] = tokenize_prompts(rows, tok, 4, "middle")
+    assert p.prompt_ids == full.input_ids[:2] + full.input_ids[plen - 2: plen]
+    pref = [{"prompt": rows[0]["prompt"], "chosen": "a b", "rejected": "no"}]
+    [whole] = tokenize_preference(pref, tok, 100, "error")
+    limit = len(whole.chosen_ids) - 3
+    [cut] = tokenize_preference(pref, tok, limit, "middle")
+    keep = cut.chosen_prompt_len
+    assert keep == plen - 3 and cut.chosen_ids[keep:] == whole.chosen_ids[plen:]
+    assert cut.chosen_ids[:keep] == whole.chosen_ids[:keep // 2] + whole.chosen_ids[plen - (keep - keep // 2): plen]
+
+
+def test_sft_max_length_cuts_the_response_end(tok):
+    rows = [{"prompt": "one two three", "response": "a b c d e f g h i j"}]
+    full = tokenize_sft(rows, tok, 100, 100, "error")[0]
+    limit = len(full.input_ids) - 4
     with pytest.raises(DataError) as info:
-        tokenize_preference(rows, tok, limit, "error")
-    assert (info.value.param, info.value.data["row"]) == ("chosen", 0)
-    [left] = tokenize_preference(rows, tok, limit, "left")
-    assert left.chosen_ids == full.chosen_ids[2:]  # prompt start dropped, response kept whole
-    [right] = tokenize_preference(rows, tok, limit, "right")
-    assert right.chosen_ids == full.chosen_ids[:limit]
-    assert left.rejected_ids == right.rejected_ids == full.rejected_ids  # short enough already
-    [tiny] = tokenize_preference(rows, tok, 3, "left")
-    assert len(tiny.chosen_ids) == 3
+        tokenize_sft(rows, tok, 100, 100, "error", max_length=limit)
+    assert (info.value.param, info.value.data["max"]) == ("response", limit)
+    for truncation in ("left", "right", "middle"):
+        cut = tokenize_sft(rows, tok, 100, 100, truncation, max_length=limit)[0]
+        assert cut.input_ids == full.input_ids[:limit] and cut.prompt_len == full.prompt_len
+    # A prompt longer than max_length is cut by its policy, leaving one response token.
+    tiny = tokenize_sft(rows, tok, 100, 100, "left", max_length=3)[0]
+    assert tiny.prompt_len == 2 and tiny.input_ids == full.input_ids[full.prompt_len - 2: full.prompt_len + 1]
+
+
+def test_filter_overlong_prompts_drops_rows(tok):
+    short, long = "hi", "one two three four five six seven eight nine ten"
+    limit = len(prompt_token_ids(tok, short))
+    assert len(prompt_token_ids(tok, long)) > limit
+    sft = [{"prompt": long, "response": "x"}, {"prompt": short, "response": "y"}]
+    for truncation in ("error", "left"):
+        kept = tokenize_sft(sft, tok, limit, 100, truncation, filter_overlong_prompts=True)
+        assert [tok.decode(e.input_ids[e.prompt_len:]) for e in kept] == ["y<|eos|>"]
+    assert len(tokenize_sft(sft, tok, limit, 100, "left")) == 2  # off: truncated, not dropped
+    prompts = [{"prompt": long}, {"prompt": short}, {"prompt": long}]
+    assert [p.text for p in tokenize_prompts(prompts, tok, limit, "error", filter_overlong_prompts=True)] == [short]
+    pref = [{"prompt": long, "chosen": "a", "rejected": "b"}, {"prompt": short, "chosen": "c", "rejected": "d"}]
+    [pair] = tokenize_preference(pref, tok, 100, "error", max_prompt_length=limit, filter_overlong_prompts=True)
+    assert pair.chosen_prompt_len == limit
+    assert len(tokenize_preference(pref, tok, 100, "error", max_prompt_length=limit)) == 2
+    with pytest.raises(DataError) as info:
+        tokenize_prompts(prompts[:1], tok, limit, "error", filter_overlong_prompts=True)
+    assert info.value.param == "max_prompt_length"
+
+
+def _task_tokenize(method: str, tok, rows: list[dict], **data) -> list:
+    from engine.config import METHOD_CONFIGS, JobRequest, build_config
+    from engine.dpo import DPOTask
+    from engine.reward_model import DistillTask, RewardModelTask
+    from engine.sft import SFTTask
+
+    config = build_config(METHOD_CONFIGS[method], {"data": data})
+    cls = {"sft": SFTTask, "reward_model": RewardModelTask, "rm_distill": DistillTask, "dpo": DPOTask}[method]
+    task = cls(JobRequest(job_id="j", method=method, config=config, model_path="", training_file="",
+                          output_dir="", checkpoint_dir=""), torch.device("cpu"))
+    task.tokenizer = tok
+    if method == "sft":
+        return task.tokenize(rows, "train")
+    return task._tokenize_pairs(rows) if method == "dpo" else task._tokenize_pairs(rows, tok)
+
+
+@pytest.mark.parametrize("method", ["sft", "reward_model", "rm_distill", "dpo"])
+def test_tasks_pass_the_data_knobs_on(tok, method):
+    """Each method's tokenizing reads `data.truncation` and `data.filter_overlong_prompts`."""
+    short, long = "hi", "one two three four five six seven eight nine ten"
+    limit = len(prompt_token_ids(tok, short))
+    if method == "sft":
+        rows = [{"prompt": long, "response": "x"}, {"prompt": short, "response": "y"}]
+        lengths = {"max_prompt_length": limit}
+    else:
+        rows = [{"prompt": long, "chosen": "a", "rejected": "b"}, {"prompt": short, "chosen": "c", "rejected": "d"}]
+        lengths = {"max_prompt_length": limit, "max_length": limit + 3}  # room for a short pair only
+        assert len(prompt_token_ids(tok, long)) > limit + 3
+    assert len(_task_tokenize(method, tok, rows, **lengths, filter_overlong_prompts=True)) == 1
+    assert len(_task_tokenize(method, tok, rows, **lengths, truncation="middle")) == 2
+    with pytest.raises(DataError):
+        _task_tokenize(method, tok, rows, **lengths)
 
 
 # --- batching ----------------------------------------------------------------------------------------
