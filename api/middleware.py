@@ -1,5 +1,5 @@
 """What every HTTP exchange gets around it, in one plain ASGI middleware: its request id, its
-Prometheus figures and the caller's rate-limit headers.
+Prometheus figures, the caller's rate-limit headers, and the refusal of NUL in the path or query.
 
 One layer rather than three: each layer wrapped `send` once more and cost every request a coroutine
 call per message. Plain ASGI: BaseHTTPMiddleware would put a task and a memory stream in front of every
@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import time
 import uuid
+from urllib.parse import parse_qsl
 
 from starlette.datastructures import MutableHeaders
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.errors import problem_response
 from api.metrics import LATENCY, REQUESTS, route_label
+from api.schemas.text import MESSAGE, NUL
 from core import logging as logcontext
 
 
@@ -24,7 +28,9 @@ class RequestEnvelope:
     - the `X-RateLimit-*` headers (and `Retry-After` on a refusal) of the budget authentication left in
       `request.state.rate_limit`;
     - `keel_http_requests_total` and `keel_http_request_duration_seconds` (`api.metrics`) of every
-      answer: installed outermost, so 413s and 500s count too."""
+      answer: installed outermost, so 413s and 500s count too;
+    - NUL (`%00`) in the path is a 404 (no id holds it) and in the query a 422 at its parameter, before
+      any route runs: PostgreSQL cannot compare text holding it (request bodies: `api.schemas.text`)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -53,10 +59,24 @@ class RequestEnvelope:
                 _set_headers(message, added)
             await send(message)
 
+        refusal = _nul_refusal(scope)
         try:
-            await self.app(scope, receive, enveloped)
+            await (refusal or self.app)(scope, receive, enveloped)
         finally:
             REQUESTS.labels(scope["method"], route_label(scope), str(status)).inc()
+
+
+def _nul_refusal(scope: Scope) -> ASGIApp | None:
+    """The problem response to a path or query holding NUL, else None."""
+    if NUL in scope["path"]:
+        return problem_response(Request(scope), 404, "not_found", "No such resource: the path holds NUL.")
+    query = scope.get("query_string", b"")
+    if b"%00" in query:
+        for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+            if NUL in name or NUL in value:
+                param = name.replace(NUL, "")[:100] or None
+                return problem_response(Request(scope), 422, "invalid_request", f"{param}: {MESSAGE}", param=param)
+    return None
 
 
 def _set_headers(message: Message, added: list[tuple[bytes, bytes]]) -> None:

@@ -34,6 +34,8 @@ from api.deps import CurrentProject, SessionDep
 from api.errors import ApiError, not_found, problem_responses
 from api.pagination import AfterQuery, LimitQuery, page_of, paginate
 from api.schemas.files import UPLOAD_BODY, FileDeleted, FilePreview, FilePublic, FilePurpose, FilesPublic
+from api.schemas.text import MESSAGE as NUL_MESSAGE
+from api.schemas.text import has_nul
 from core.config import settings
 from core.datasets import OUTPUT_PURPOSES, PURPOSES, DatasetError, DatasetInfo, inspect_dataset, preview_rows
 from core.ids import new_id
@@ -261,6 +263,8 @@ def parse_metadata(text: str) -> dict[str, str]:
             raise bad(f"the value of {k!r} must be a string")
         if len(k) > _MAX_METADATA_KEY or len(v) > _MAX_METADATA_VALUE:
             raise bad(f"keys are limited to {_MAX_METADATA_KEY} characters and values to {_MAX_METADATA_VALUE}")
+    if has_nul(value):
+        raise bad(NUL_MESSAGE)
     return value
 
 

@@ -9,9 +9,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.jobs import Integration, Metadata, ModelRef, Override, ResourceId
+from api.schemas.text import NulFree
 
 
-class _Strict(BaseModel):
+class _Strict(NulFree):
     model_config = ConfigDict(extra="forbid")
 
 
