@@ -466,3 +466,64 @@ def test_a_job_created_in_the_form_streams_live_into_its_charts(tabs, live_serve
         with tarfile.open(download.value.path()) as tar:
             assert any(n.endswith("config.json") for n in tar.getnames()), button
     tab.check("job-e2e", "desktop")
+
+
+@pytest.fixture(scope="module")
+def demo_files(database):
+    """A project with the demo assets' training files uploaded: (key, assets, purpose -> file id)."""
+    from fastapi.testclient import TestClient
+
+    from api.main import create_app
+    from core.config import settings
+    from engine.demo import build_demo_assets
+
+    assets = build_demo_assets(Path(settings.model_roots[0]) / "console-form-demo")
+    _, key = _project(f"console-form-{secrets.token_hex(3)}")
+    files = {}
+    with TestClient(create_app()) as c:
+        for purpose, name in (("sft", "sft_train"), ("preference", "preference_train"), ("prompts", "prompts_train")):
+            with open(assets[name], "rb") as f:
+                r = c.post("/v1/files", headers={"Authorization": f"Bearer {key}"}, data={"purpose": purpose},
+                           files={"file": (f"{name}.parquet", f)})
+            assert r.status_code in (200, 201), r.text
+            files[purpose] = r.json()["id"]
+    return key, assets, files
+
+
+FORM_CASES = {  # method -> (base model asset, training file purpose, extra fields to fill)
+    "sft": ("model", "sft", {}),
+    "reward_model": ("model", "preference", {}),
+    "rm_distill": ("small_model", "preference", {"method.teacher": "model"}),
+    "dpo": ("model", "preference", {}),
+    "ppo": ("model", "prompts", {"method.reward.function": "gsm8k"}),
+    "eval": ("model", "prompts", {"method.reward.function": "gsm8k"}),
+}
+
+
+@pytest.mark.parametrize("method", FORM_CASES)
+def test_the_prefilled_form_creates_a_job_on_the_demo_model(tabs, demo_files, method):
+    """Submitted as pre-filled (only the references filled in), the form creates the job: the defaults
+    it shows are valid for the model (no 422 context_too_long on the demo model's 512-token window)."""
+    import httpx
+
+    key, assets, files = demo_files
+    model, purpose, extra = FORM_CASES[method]
+    tab = tabs(key)
+    page = tab.page
+    tab.goto(f"/new?method={method}")
+    page.wait_for_selector("#job-form textarea")
+    shown = json.loads(page.input_value("#job-form textarea"))
+    assert shown["data"] and not {"max_prompt_length", "max_response_length", "max_length"} & set(shown["data"])
+    page.fill("[data-param=model]", assets[model])
+    page.fill("[data-param=training_file]", files[purpose])
+    for param, value in extra.items():
+        page.fill(f"[data-param='{param}']", assets.get(value, value))
+    with page.expect_response(lambda r: r.url.endswith("/v1/jobs") and r.request.method == "POST") as answer:
+        page.click("#submit-job")
+    response = answer.value
+    assert response.status == 201, response.text()
+    job = response.json()
+    assert job["method"]["type"] == method
+    page.wait_for_function(f"() => location.hash === '#/jobs/{job['id']}'")
+    httpx.post(f"{tab.base}/v1/jobs/{job['id']}/cancel", headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    tab.check(f"new-{method}-created", "desktop")

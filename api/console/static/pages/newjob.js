@@ -1,6 +1,8 @@
 // Create a job: the references as fields, the hyperparameters as JSON pre-filled with the method's
-// defaults (read from the API's own OpenAPI document, so they never drift). A problem answer (4xx)
-// is shown next to the field its `param` names; inside the hyperparameters the key is selected.
+// defaults (read from the API's own OpenAPI document, so they never drift), less the sequence lengths:
+// left out, the API fits them to the chosen model's context window (a fixed 1024 + 2048 would be a
+// 422 context_too_long on a small model). A problem answer (4xx) is shown next to the field its
+// `param` names; inside the hyperparameters the key is selected.
 
 import { api, listAll } from "../api.js";
 import { clear, errorBox, h } from "../ui.js";
@@ -8,6 +10,7 @@ import { clear, errorBox, h } from "../ui.js";
 const METHODS = ["sft", "reward_model", "rm_distill", "dpo", "ppo", "eval"];
 const PURPOSE = { sft: "sft", reward_model: "preference", rm_distill: "preference", dpo: "preference", ppo: "prompts", eval: "prompts" };
 const HP = "method.hyperparameters";
+const LENGTHS = ["max_prompt_length", "max_response_length", "max_length"];  // data.*: from the model
 
 let openapi = null;
 
@@ -29,6 +32,13 @@ function defaults(schema) {
     if (d !== undefined) out[k] = d;
   }
   return out;
+}
+
+/** The method's defaults as the form pre-fills them: without the lengths the API derives. */
+function prefilled(type) {
+  const hp = defaults(methodSchema(type).properties.hyperparameters) ?? {};
+  for (const key of LENGTHS) delete hp.data?.[key];
+  return hp;
 }
 
 function methodSchema(type) {
@@ -60,7 +70,7 @@ export async function newJobPage(main, _params, page) {
     METHODS.map((m) => h("option", { value: m, selected: m === method }, m)));
   const input = (list, extra = {}) => h("input", { type: "text", list, autocomplete: "off", ...extra });
   const hp = h("textarea.code", { rows: 18, spellcheck: false });
-  hp.value = JSON.stringify(defaults(methodSchema(method).properties.hyperparameters) ?? {}, null, 2);
+  hp.value = JSON.stringify(prefilled(method), null, 2);
   const result = h("div#create-result");
 
   const form = h("form.card.job-form#job-form", { onsubmit: (e) => { e.preventDefault(); submit(false); } },
@@ -73,7 +83,8 @@ export async function newJobPage(main, _params, page) {
       "A reward model, or leave empty and name a reward function.") : null,
     ["ppo", "eval"].includes(method) ? field("method.reward.function", "Reward function", input(null, { placeholder: "e.g. gsm8k" })) : null,
     field("suffix", "Suffix (optional)", input(null)),
-    field(HP, "Hyperparameters (JSON; the method's defaults)", hp),
+    field(HP, "Hyperparameters (JSON; the method's defaults)", hp,
+      "Sequence lengths (data.max_prompt_length, max_response_length, max_length) follow the model's context window unless set here."),
     options("dl-models", modelOpts), options("dl-rewards", rewardOpts), options("dl-files", fileOpts),
     h("div.actions",
       h("button.primary#submit-job", { type: "submit" }, "Create job"),
