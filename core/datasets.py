@@ -609,6 +609,9 @@ def _jsonl_records(f: BinaryIO) -> Iterator[tuple[int, int, dict[str, Any]]]:
             raise DatasetError("invalid_file", f"{what}: line {line}: {e}", row=row, line=line) from e
         except RecursionError as e:
             raise DatasetError("invalid_file", f"Line {line} is nested too deeply.", row=row, line=line) from e
+        except ValueError as e:  # an integer over Python's digit limit (sys.get_int_max_str_digits)
+            raise DatasetError("invalid_file", f"Line {line} holds an integer with too many digits.",
+                               row=row, line=line) from e
         if not isinstance(record, dict):
             raise DatasetError("invalid_file", f"Line {line} is not a JSON object.", row=row, line=line)
         yield row, line, record

@@ -69,6 +69,8 @@ def records(f: BinaryIO) -> Iterator[tuple[int, int, dict[str, Any]]]:
             record = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
             raise FormatError(f"Line {line}: invalid JSON ({e}).", line=line, row=row) from e
+        except ValueError as e:  # an integer over Python's digit limit (sys.get_int_max_str_digits)
+            raise FormatError(f"Line {line}: an integer has too many digits.", line=line, row=row) from e
         if not isinstance(record, dict):
             raise FormatError(f"Line {line}: expected a JSON object.", line=line, row=row)
         yield row, line, record
