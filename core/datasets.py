@@ -12,8 +12,10 @@ the 1-based line.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import os
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -691,3 +693,39 @@ def _jsonl_cell(column: str, value: Any, row: int, line: int) -> Any:
             raise bad("empty messages")
         return chars
     raise mistyped()
+
+
+# --- token bounds at job creation ------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=64)
+def _longest_piece(path: str, mtime_ns: int) -> int | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            spec = json.load(f)
+        vocab = (spec.get("model") or {}).get("vocab")
+        pieces = list(vocab) if isinstance(vocab, dict) else [p[0] for p in vocab or [] if isinstance(p, list) and p]
+        pieces += [t.get("content", "") for t in spec.get("added_tokens") or [] if isinstance(t, dict)]
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None
+    longest = max((len(p) for p in pieces if isinstance(p, str)), default=0)
+    return longest or None
+
+
+def longest_token_chars(model_dir: str) -> int | None:
+    """The most characters one token of the model's tokenizer can stand for: its longest vocabulary
+    entry or added token (`tokenizer.json`; a byte-level entry counts bytes, never fewer than the
+    characters it covers). None without a readable `tokenizer.json`. Cached per file version."""
+    path = os.path.join(model_dir, "tokenizer.json")
+    try:
+        mtime = os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+    return _longest_piece(path, mtime)
+
+
+def min_tokens(stats: dict[str, Any], column: str, chars_per_token: int) -> int:
+    """The fewest tokens the column's longest cell can take (its recorded `max_chars` over the most
+    characters a token can cover): a lower bound, so a length limit below it is certainly overrun
+    by some row. 0 when the column has no length statistics."""
+    longest = (stats.get(column) or {}).get("max_chars")
+    return -(-longest // chars_per_token) if isinstance(longest, int) and longest > 0 else 0

@@ -57,6 +57,7 @@ from core.capacity import (
     nodes_of,
 )
 from core.config import settings
+from core.datasets import longest_token_chars, min_tokens
 from core.db import session_factory
 from core.integrations import check_tracking_uri
 from core.memory_plan import read_config
@@ -191,11 +192,16 @@ _CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length"
 """config.json fields that name a model's context window, in the order they are looked for."""
 
 
+def _model_path(db: Session, ref: str) -> str | None:
+    """The local directory of a model reference (a directory, a Keel model or a checkpoint's export)."""
+    return (db.get(Model, ref).path if ref.startswith("model-") else checkpoints.local_export(db, ref)
+            if ref.startswith("ckpt-") else ref if ref.startswith("/") else None)
+
+
 def model_config(db: Session, ref: str) -> dict[str, Any] | None:
     """The config.json of a local model (a directory, a Keel model or a checkpoint's export); None when
     Keel cannot read it here (a hub id, an adapter directory, no or odd config). Shared: read only."""
-    path = (db.get(Model, ref).path if ref.startswith("model-") else checkpoints.local_export(db, ref)
-            if ref.startswith("ckpt-") else ref if ref.startswith("/") else None)
+    path = _model_path(db, ref)
     return read_config(path) if path else None
 
 
@@ -209,13 +215,37 @@ def _context_window(db: Session, ref: str) -> int | None:
     return context_window(model_config(db, ref))
 
 
+_PAIR_METHODS = ("reward_model", "rm_distill", "dpo")
+"""Methods whose sequences are capped by `data.max_length` (prompt + chosen / rejected)."""
+
+
+def default_lengths(window: int, method: str, data: Any) -> dict[str, int]:
+    """The lengths a request left out, from the model's context window (as the OpenAI route does):
+    the prompt gets up to half the window (at most the engine's 1024), the response the rest (at
+    most 2048); pair methods cap `max_length` at the window. Given lengths are kept."""
+    given = data.model_fields_set
+    out: dict[str, int] = {}
+    prompt = data.max_prompt_length if "max_prompt_length" in given else None
+    response = data.max_response_length if "max_response_length" in given else None
+    if prompt is None:
+        prompt = out["max_prompt_length"] = max(1, min(1024, window // 2, window - (response or 0)))
+    if response is None:
+        out["max_response_length"] = max(1, min(2048, window - prompt))
+    if method in _PAIR_METHODS and "max_length" in type(data).model_fields and "max_length" not in given:
+        out["max_length"] = min(window, 3072)
+    return out
+
+
 def _check_context(db: Session, body: JobCreate) -> None:
     """Sequences the job would build must fit the model: prompt + response tokens (SFT, PPO), or
-    `max_length` (reward models, defaulting to the same sum)."""
+    `max_length` (reward models, defaulting to the same sum). Lengths the request left out are
+    first derived from the context window (`default_lengths`)."""
     window = _context_window(db, body.model)
     if window is None:
         return
     data, prefix = body.method.hyperparameters.data, "method.hyperparameters.data."
+    for name, value in default_lengths(window, body.method.type, data).items():
+        setattr(data, name, value)
     if body.method.type in ("reward_model", "rm_distill", "dpo") and data.max_length is not None:
         total, param = data.max_length, prefix + "max_length"
     else:
@@ -224,6 +254,48 @@ def _check_context(db: Session, body: JobCreate) -> None:
         raise ApiError(422, "context_too_long", f"{param}: sequences of up to {total} tokens do not fit the "
                        f"model's context window of {window} tokens (its config.json); lower the lengths.",
                        param=param)
+
+
+_FILE_STATS = select(File.stats).where(File.id == bindparam("file_id"))
+
+
+def _check_rows_fit(db: Session, body: JobCreate) -> None:
+    """With `truncation: error`, refuse a job whose file certainly holds a row over a length limit,
+    before it is queued: the file's recorded longest cells (characters, `core.datasets`) over the most
+    characters one token of the model's tokenizer covers give the fewest tokens that row can take
+    (`core.datasets.min_tokens`). With `filter_overlong_prompts` the longest row may be dropped: no check."""
+    data = body.method.hyperparameters.data
+    if data.truncation != "error" or data.filter_overlong_prompts:
+        return
+    path = _model_path(db, body.model)
+    per_token = longest_token_chars(path) if path else None
+    if per_token is None:
+        return
+    method = body.method.type
+    for param, file_id in (("training_file", body.training_file), ("validation_file", body.validation_file)):
+        stats = db.scalar(_FILE_STATS, {"file_id": file_id}) if file_id else None
+        if not stats:
+            continue
+        prompt = min_tokens(stats, "prompt", per_token)
+        if method in _PAIR_METHODS:
+            total = data.max_length or data.max_prompt_length + data.max_response_length
+            # The row with the longest cell holds at least that many tokens, plus EOS on a response.
+            need = max(prompt, *(min_tokens(stats, c, per_token) + 1 for c in ("chosen", "rejected")))
+            limits = [(need, total, "max_length", "prompt + response")]
+        else:
+            limits = [(prompt, data.max_prompt_length, "max_prompt_length", "prompt")]
+            if method == "sft":
+                response = min_tokens(stats, "response", per_token) + 1
+                limits.append((response, data.max_response_length, "max_response_length", "response"))
+                if data.max_length is not None:
+                    limits.append((max(prompt, response), data.max_length, "max_length", "prompt + response"))
+        for need, limit, name, what in limits:
+            if need > limit:
+                raise ApiError(422, "invalid_file", f"{param}: a row's {what} has at least {need} tokens (the "
+                               f"file's longest cells, at most {per_token} characters a token for this model's "
+                               f"tokenizer), more than data.{name}={limit}; raise data.{name}, or set "
+                               "data.truncation (left, right, middle) or data.filter_overlong_prompts.",
+                               param=param)
 
 
 def _resolve(db: Session, project_id: str, body: JobCreate) -> tuple[dict[str, Any], list[Node] | None]:
@@ -236,6 +308,7 @@ def _resolve(db: Session, project_id: str, body: JobCreate) -> tuple[dict[str, A
     nodes = _training_file(db, project_id, body.training_file, method.type, "training_file")
     if body.validation_file is not None:
         _training_file(db, project_id, body.validation_file, method.type, "validation_file")
+    _check_rows_fit(db, body)
     if isinstance(method, RMDistillMethod):
         method.teacher = _model_ref(db, project_id, method.teacher, "method.teacher", reward=True)
     if isinstance(method, PPOMethod | EvalMethod) and method.reward.model is not None:

@@ -57,7 +57,7 @@ def test_create_an_eval_job_with_defaults(client, auth, prompts, awaiting_dispat
     assert job["method"]["type"] == "eval" and job["method"]["compare_to"] is None
     hp = job["method"]["hyperparameters"]
     assert hp == {"data": {"val_batch_size": 64, "max_prompt_length": 1024, "max_response_length": 2048,
-                           "truncation": "error"},
+                           "truncation": "error", "filter_overlong_prompts": False},
                   "model": {"dtype": "float32"}, "rollout": {"n": 4, "temperature": 0.0, "top_p": 1.0, "top_k": -1},
                   "pass_threshold": 1.0}
     assert job["output_model"] is None and job["result_files"] == [] and awaiting_dispatch(job["id"])

@@ -82,7 +82,8 @@ def test_create_fills_in_defaults_with_verl_names(client, auth, db, files, dispa
     hp = job["method"]["hyperparameters"]
     assert job["method"]["type"] == "reward_model" and job["method"]["overrides"] == []
     assert hp["data"] == {"train_batch_size": 16, "val_batch_size": None, "max_prompt_length": 1024,
-                          "max_response_length": 2048, "max_length": 256, "truncation": "error", "shuffle": True}
+                          "max_response_length": 2048, "max_length": 256, "truncation": "error",
+                          "filter_overlong_prompts": False, "shuffle": True}
     assert hp["optim"]["lr"] == 1e-4 and hp["optim"]["betas"] == [0.9, 0.999]
     assert hp["trainer"] == {"total_epochs": 1, "total_training_steps": 100, "save_freq": 20, "test_freq": 20,
                              "critic_warmup": 0, "max_duration_s": None, "max_actor_ckpt_to_keep": None,
@@ -557,3 +558,83 @@ def test_another_projects_job_is_404_everywhere(client, auth, other_auth, files,
         assert missing.status_code == 404 and missing.json()["detail"].replace("job-0000000000nothing00000000", "X") \
             == r.json()["detail"].replace(job_id, "X")
     assert client.get(f"/v1/jobs/{job_id}").status_code == 401
+
+
+def _local_model(window: int | None, vocab: dict[str, int] | None = None) -> str:
+    """A model directory under the first model root with a config.json naming `window` and, with
+    `vocab`, a tokenizer.json holding it."""
+    from pathlib import Path
+
+    from core.config import settings
+
+    model = Path(settings.model_roots[0]) / f"lengths-{secrets.token_hex(4)}"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": window} if window else {}))
+    if vocab is not None:
+        (model / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": vocab},
+                                                          "added_tokens": [{"id": 9, "content": "<s>"}]}))
+    return str(model)
+
+
+def test_lengths_left_out_follow_the_models_context_window(client, auth, files, dispatched):
+    """A default SFT job on a 512-token model is accepted (it was a 422 context_too_long): the lengths a
+    request leaves out are derived from the window; given ones are kept."""
+    model = _local_model(512)
+    sft = {"model": model, "training_file": files["sft"], "method": {"type": "sft"}}
+    r = create(client, auth, sft)
+    assert r.status_code == 201, r.text
+    data = r.json()["method"]["hyperparameters"]["data"]
+    assert (data["max_prompt_length"], data["max_response_length"], data["max_length"]) == (256, 256, None)
+    r = create(client, auth, {**sft, "method": {"type": "sft", "hyperparameters": {"data": {"max_prompt_length": 100}}}})
+    data = r.json()["method"]["hyperparameters"]["data"]
+    assert (data["max_prompt_length"], data["max_response_length"]) == (100, 412)
+    r = create(client, auth, {**rm_body(files), "model": model,
+                              "method": {"type": "reward_model", "hyperparameters": {}}})
+    assert r.status_code == 201, r.text
+    assert r.json()["method"]["hyperparameters"]["data"]["max_length"] == 512
+    r = create(client, auth, {**rm_body(files), "model": model})  # max_length 256 given: kept
+    assert r.json()["method"]["hyperparameters"]["data"]["max_length"] == 256
+    big = create(client, auth, {**sft, "model": _local_model(1 << 20)}).json()["method"]["hyperparameters"]["data"]
+    assert (big["max_prompt_length"], big["max_response_length"]) == (1024, 2048)  # the engine's defaults
+    unknown = create(client, auth, {**sft, "model": _local_model(None)}).json()["method"]["hyperparameters"]["data"]
+    assert (unknown["max_prompt_length"], unknown["max_response_length"]) == (1024, 2048)
+
+
+def test_rows_certainly_over_a_limit_are_refused_at_create_with_truncation_error(client, auth, db, project_key,
+                                                                                  dispatched):
+    """The file's longest cells (characters) over the most characters a token covers (here 4: "abcd")
+    bound the tokens from below; `truncation` other than error, or `filter_overlong_prompts`, accepts."""
+    pid = project_key[0]
+    model = _local_model(4096, {"a": 0, "ab": 1, "abcd": 2})
+    stats = {"prompt": {"max_chars": 400}, "response": {"max_chars": 40}, "chosen": {"max_chars": 40},
+             "rejected": {"max_chars": 8}}
+    sft_file = make_file(db, pid, "sft", stats=stats, status="processed")
+    pairs = make_file(db, pid, "preference", stats=stats, status="processed")
+
+    def sft(validation: str | None = None, **data):
+        train = make_file(db, pid, "sft") if validation else sft_file  # (no statistics: nothing known)
+        return create(client, auth, {"model": model, "training_file": train, "validation_file": validation,
+                                     "method": {"type": "sft", "hyperparameters": {"data": data}}})
+
+    r = sft(max_prompt_length=99)  # 400 characters are at least 100 tokens
+    assert (r.status_code, r.json()["code"], r.json()["param"]) == (422, "invalid_file", "training_file"), r.text
+    assert "max_prompt_length=99" in r.json()["detail"]
+    assert sft(max_prompt_length=100).status_code == 201
+    for knob in ({"truncation": "left"}, {"truncation": "right"}, {"truncation": "middle"},
+                 {"filter_overlong_prompts": True}):
+        assert sft(max_prompt_length=99, **knob).status_code == 201, knob
+    r = sft(max_prompt_length=100, max_response_length=10)  # 40 characters + EOS: at least 11 tokens
+    assert (r.status_code, r.json()["param"]) == (422, "training_file")
+    r = sft(validation=sft_file, max_prompt_length=99)
+    assert (r.status_code, r.json()["param"]) == (422, "validation_file")
+
+    def rm(**data):
+        return create(client, auth, {"model": model, "training_file": pairs,
+                                     "method": {"type": "reward_model", "hyperparameters": {"data": data}}})
+
+    assert rm(max_length=99).json()["param"] == "training_file"
+    assert rm(max_length=100).status_code == 201
+    assert rm(max_length=99, truncation="left").status_code == 201
+    plain = _local_model(4096)  # no tokenizer.json: no bound, the engine decides
+    assert create(client, auth, {"model": plain, "training_file": sft_file, "method": {
+        "type": "sft", "hyperparameters": {"data": {"max_prompt_length": 99}}}}).status_code == 201

@@ -247,7 +247,7 @@ def small_model(keel_home, db, project_key):
 
 @pytest.mark.parametrize("ref", ["dir", "model_id"])
 @pytest.mark.parametrize(("method", "data", "param"), [
-    ("sft", {}, "max_response_length"),  # the defaults: 1024 + 2048 tokens
+    ("sft", {"max_prompt_length": 1024}, "max_response_length"),  # the response left out: 1 token, still over
     ("sft", {"max_prompt_length": 256, "max_response_length": 257}, "max_response_length"),
     ("ppo", {"max_prompt_length": 500, "max_response_length": 100}, "max_response_length"),
     ("reward_model", {"max_length": 4096}, "max_length"),
