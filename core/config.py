@@ -71,6 +71,17 @@ class Settings(BaseSettings):
     """Concurrent event streams (SSE) one API key may hold open (0 = no cap); 429 beyond."""
     MAX_JSON_BODY_BYTES: int = Field(default=1024**2, ge=1)
     """Largest request body of the non-upload routes (413 beyond, refused before it is read)."""
+    MAX_HEADER_BYTES: int = Field(default=64 * 1024, ge=1024)
+    """Largest request line plus headers the API reads (beyond, the connection is refused before the rest
+    is buffered). Set the reverse proxy's own limit no higher (docs/deployment.md)."""
+    FORWARDED_ALLOW_IPS: str = "127.0.0.1"
+    """Addresses (comma-separated, `*` = any) of proxies whose `X-Forwarded-For` names the client: the
+    address the failed-authentication limit counts by. Only the proxy in front of the API belongs here."""
+    AUTH_FAILURES_PER_MINUTE: int = Field(default=30, ge=0)
+    """Requests with a missing, invalid or revoked API key one client address may make per minute (0 = no
+    limit); beyond, 429 with `Retry-After`, checked before the key is looked up."""
+    MAX_KEYS_PER_PROJECT: int = Field(default=100, ge=0)
+    """Active (unrevoked) API keys a project may hold (0 = no cap); creating one more is a 409 `too_many_keys`."""
     LOG_LEVEL: str = "INFO"
     LOG_FORMAT: Literal["json", "text"] | None = None
     """`json` (one object per line, with request_id / job_id) or `text`; default: json in production."""

@@ -46,7 +46,15 @@ def api(host: str = typer.Option(None, help="Bind address (default KEEL_HOST).")
     s = _settings()
     logcontext.configure()  # uvicorn's own lines (access log included) go through Keel's format too
     uvicorn.run("api.main:app", host=host or s.HOST, port=port or s.PORT, log_level=s.LOG_LEVEL.lower(),
-                log_config=None, timeout_graceful_shutdown=5)
+                log_config=None, timeout_graceful_shutdown=5, **uvicorn_options(s))
+
+
+def uvicorn_options(s) -> dict:
+    """The API server's protocol settings from Keel's: h11, whose buffer limit bounds the request line
+    and headers (`KEEL_MAX_HEADER_BYTES`; httptools buffers a header of any size), and the proxies
+    whose `X-Forwarded-For` is believed (`KEEL_FORWARDED_ALLOW_IPS`)."""
+    return {"http": "h11", "h11_max_incomplete_event_size": s.MAX_HEADER_BYTES, "proxy_headers": True,
+            "forwarded_allow_ips": s.FORWARDED_ALLOW_IPS}
 
 
 @server_app.command()

@@ -10,14 +10,15 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def serve(app, *, lifespan: str = "auto", start_timeout: float = 20.0) -> Iterator[str]:
-    """Run `app` until the block exits; yields its base URL (`http://127.0.0.1:PORT`)."""
+def serve(app, *, lifespan: str = "auto", start_timeout: float = 20.0, **options) -> Iterator[str]:
+    """Run `app` until the block exits; yields its base URL (`http://127.0.0.1:PORT`). `options` go to
+    `uvicorn.Config`."""
     import uvicorn
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan=lifespan,
-                                           timeout_graceful_shutdown=1))
+                                           timeout_graceful_shutdown=1, **options))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + start_timeout
