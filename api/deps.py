@@ -48,14 +48,39 @@ async def _authenticated(request: Request, credentials: HTTPAuthorizationCredent
     if admitted is not None:
         return admitted
     key = _bearer_key(credentials)
-    caller = _known(remembered_caller(key) or await run_in_threadpool(_identify, key))
+    caller = remembered_caller(key) or await run_in_threadpool(_identify, key, _client(request))
     _admit(request, caller, await ratelimit.rate_limiter.acheck(caller.key_id, settings.RATE_LIMIT_PER_MINUTE))
     return caller
 
 
-def _identify(key: str) -> Caller | None:
+def _client(request: Request) -> str:
+    # The peer, or the client a trusted proxy names (uvicorn's proxy headers, KEEL_FORWARDED_ALLOW_IPS).
+    return request.client.host if request.client is not None else "unknown"
+
+
+def _identify(key: str, client: str) -> Caller:
     with session_factory()() as db:
-        return identify_remembering(db, key)
+        return _guarded(db, key, client)
+
+
+def _guarded(db: Session, key: str, client: str) -> Caller:
+    """The key's caller, looked up only while `client` has failed authentication fewer than
+    `KEEL_AUTH_FAILURES_PER_MINUTE` times in the last minute (429 then); a failure counts (401)."""
+    limit = settings.AUTH_FAILURES_PER_MINUTE
+    budget = ratelimit.auth_failures.peek(client, limit)
+    if budget is not None and not budget.allowed:
+        raise _too_many_failures(budget)
+    caller = identify_remembering(db, key)
+    if caller is None:
+        budget = ratelimit.auth_failures.check(client, limit)
+        if budget is not None and not budget.allowed:
+            raise _too_many_failures(budget)
+    return _known(caller)
+
+
+def _too_many_failures(budget: ratelimit.Budget) -> ApiError:
+    return ApiError(429, "too_many_auth_failures", "Too many requests with invalid API keys from this address.",
+                    headers={"Retry-After": str(max(1, budget.reset_s))})
 
 
 def check_project(request: Request, db: Session, credentials: HTTPAuthorizationCredentials | None) -> Project:
@@ -63,7 +88,7 @@ def check_project(request: Request, db: Session, credentials: HTTPAuthorizationC
     id and scope) and `.rate_limit` (the budget the `X-RateLimit-*` headers show). Blocking: for
     routes that authenticate inside a worker thread of their own."""
     key = _bearer_key(credentials)
-    caller = _known(remembered_caller(key) or identify_remembering(db, key))
+    caller = remembered_caller(key) or _guarded(db, key, _client(request))
     return _admit(request, caller, ratelimit.rate_limiter.check(caller.key_id, settings.RATE_LIMIT_PER_MINUTE))
 
 

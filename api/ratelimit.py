@@ -1,4 +1,5 @@
-"""Per-key limits: requests per minute, and concurrent event streams.
+"""Per-key limits: requests per minute, and concurrent event streams; and failed authentications per
+client address (`auth_failures`, the same sliding window under its own prefix).
 
 Both are shared by every API process through Redis (`KEEL_REDIS_URL`), so N processes behind a load
 balancer still give a key one budget; without Redis (embedded mode) each process counts on its own.
@@ -239,6 +240,24 @@ class RateLimiter:
                 self._fallback.failed(exc)
         return self._hit(self._local, item, key_id)
 
+    def peek(self, key_id: str, per_window: int) -> Budget | None:
+        """`key_id`'s standing against `per_window` without counting a request (`allowed`: the next one
+        would be); None when limiting is off. One round trip, no tokens."""
+        if per_window <= 0:
+            return None
+        item = RateLimitItemPerSecond(per_window, self.window_s)
+        if self._script is not None and self._fallback.redis_ok():
+            try:
+                self.redis_calls += 1
+                counts = self._script(keys=self._keys(item, key_id), args=[per_window, self.window_s, 0])
+                _, remaining, reset_in = self._figures(item, counts)
+                return Budget(remaining > 0, per_window, remaining, max(0, math.ceil(reset_in)))
+            except (redis.RedisError, OSError) as exc:
+                self._fallback.failed(exc)
+        allowed = self._local.test(item, key_id)
+        stats = self._local.get_window_stats(item, key_id)
+        return Budget(allowed, per_window, stats.remaining, max(0, math.ceil(stats.reset_time - time.time())))
+
     async def acheck(self, key_id: str, per_window: int) -> Budget | None:
         """`check` on the event loop (an asyncio Redis client of this loop, no thread), served from
         the key's leased tokens while it has some (see the module doc)."""
@@ -427,6 +446,8 @@ class LeasedStream(StreamingResponse):
 
 
 rate_limiter = RateLimiter(settings.REDIS_URL or None)
+auth_failures = RateLimiter(settings.REDIS_URL or None, prefix="keel:authfail")
+"""Failed authentications per client address (`KEEL_AUTH_FAILURES_PER_MINUTE`): a budget of its own."""
 stream_slots = StreamSlots(settings.REDIS_URL or None)
 
 

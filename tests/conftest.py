@@ -35,6 +35,7 @@ os.environ.update({
     "KEEL_STORAGE_URL": str(_HOME / "artifacts"),
     "KEEL_MODEL_ROOTS": str(_HOME / "models"),
     "KEEL_RATE_LIMIT_PER_MINUTE": "0",
+    "KEEL_AUTH_FAILURES_PER_MINUTE": "0",  # route sweeps send many bad keys; tests/security/test_auth_limits.py limits
     "KEEL_MAX_STREAMS_PER_KEY": "0",  # storm tests hold 100+ streams on one key; tests/api/test_limits.py caps
     "KEEL_WEBHOOK_ALLOW_PRIVATE": "1",  # webhook tests receive on loopback; tests/workers/test_webhooks.py refuses
     # The same in the session's Celery worker, whose sender may take part in any webhook test.

@@ -16,6 +16,8 @@ class DataConfig:
     """Batching and lengths (VERL: `data`).
 
     Attributes:
+        filter_overlong_prompts (bool | Unset): Drop rows whose prompt is longer than `max_prompt_length` (before any
+            truncation). Default: False.
         max_length (int | None | Unset): SFT / reward model: cap on prompt+response tokens (defaults to the sum of the
             two above).
         max_prompt_length (int | Unset):  Default: 1024.
@@ -23,10 +25,14 @@ class DataConfig:
         shuffle (bool | Unset):  Default: True.
         train_batch_size (int | Unset): Rows (pairs, prompts, examples) per optimizer step (PPO: prompts per iteration).
             Default: 64.
-        truncation (DataConfigTruncation | Unset):  Default: DataConfigTruncation.ERROR.
+        truncation (DataConfigTruncation | Unset): Too-long rows: `error` fails the job at the first; else the prompt is
+            cut (`left` keeps its
+            end, `right` its start, `middle` both ends) and a response always loses its end. Default:
+            DataConfigTruncation.ERROR.
         val_batch_size (int | None | Unset):
     """
 
+    filter_overlong_prompts: bool | Unset = False
     max_length: int | None | Unset = UNSET
     max_prompt_length: int | Unset = 1024
     max_response_length: int | Unset = 2048
@@ -36,6 +42,8 @@ class DataConfig:
     val_batch_size: int | None | Unset = UNSET
 
     def to_dict(self) -> dict[str, Any]:
+        filter_overlong_prompts = self.filter_overlong_prompts
+
         max_length: int | None | Unset
         if isinstance(self.max_length, Unset):
             max_length = UNSET
@@ -63,6 +71,8 @@ class DataConfig:
         field_dict: dict[str, Any] = {}
 
         field_dict.update({})
+        if filter_overlong_prompts is not UNSET:
+            field_dict["filter_overlong_prompts"] = filter_overlong_prompts
         if max_length is not UNSET:
             field_dict["max_length"] = max_length
         if max_prompt_length is not UNSET:
@@ -83,6 +93,7 @@ class DataConfig:
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         d = dict(src_dict)
+        filter_overlong_prompts = d.pop("filter_overlong_prompts", UNSET)
 
         def _parse_max_length(data: object) -> int | None | Unset:
             if data is None:
@@ -118,6 +129,7 @@ class DataConfig:
         val_batch_size = _parse_val_batch_size(d.pop("val_batch_size", UNSET))
 
         data_config = cls(
+            filter_overlong_prompts=filter_overlong_prompts,
             max_length=max_length,
             max_prompt_length=max_prompt_length,
             max_response_length=max_response_length,

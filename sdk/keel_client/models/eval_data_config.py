@@ -16,6 +16,8 @@ class EvalDataConfig:
     """What an evaluation reads, and how long its generations may be (VERL `data` names).
 
     Attributes:
+        filter_overlong_prompts (bool | Unset): Drop prompts longer than `max_prompt_length` (before any truncation).
+            Default: False.
         max_prompt_length (int | Unset):  Default: 1024.
         max_response_length (int | Unset):  Default: 2048.
         truncation (EvalDataConfigTruncation | Unset):  Default: EvalDataConfigTruncation.ERROR.
@@ -23,12 +25,15 @@ class EvalDataConfig:
             Default: 64.
     """
 
+    filter_overlong_prompts: bool | Unset = False
     max_prompt_length: int | Unset = 1024
     max_response_length: int | Unset = 2048
     truncation: EvalDataConfigTruncation | Unset = EvalDataConfigTruncation.ERROR
     val_batch_size: int | Unset = 64
 
     def to_dict(self) -> dict[str, Any]:
+        filter_overlong_prompts = self.filter_overlong_prompts
+
         max_prompt_length = self.max_prompt_length
 
         max_response_length = self.max_response_length
@@ -42,6 +47,8 @@ class EvalDataConfig:
         field_dict: dict[str, Any] = {}
 
         field_dict.update({})
+        if filter_overlong_prompts is not UNSET:
+            field_dict["filter_overlong_prompts"] = filter_overlong_prompts
         if max_prompt_length is not UNSET:
             field_dict["max_prompt_length"] = max_prompt_length
         if max_response_length is not UNSET:
@@ -56,6 +63,8 @@ class EvalDataConfig:
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         d = dict(src_dict)
+        filter_overlong_prompts = d.pop("filter_overlong_prompts", UNSET)
+
         max_prompt_length = d.pop("max_prompt_length", UNSET)
 
         max_response_length = d.pop("max_response_length", UNSET)
@@ -70,6 +79,7 @@ class EvalDataConfig:
         val_batch_size = d.pop("val_batch_size", UNSET)
 
         eval_data_config = cls(
+            filter_overlong_prompts=filter_overlong_prompts,
             max_prompt_length=max_prompt_length,
             max_response_length=max_response_length,
             truncation=truncation,

@@ -48,6 +48,11 @@ def _parse_response(
 
         return response_403
 
+    if response.status_code == 409:
+        response_409 = Problem.from_dict(response.json())
+
+        return response_409
+
     if response.status_code == 422:
         response_422 = Problem.from_dict(response.json())
 
@@ -82,7 +87,8 @@ def sync_detailed(
 ) -> Response[ApiKeyCreated | Problem]:
     """Create an API key
 
-     A new key of the caller's project. The answer holds the secret `key`, shown this once.
+     A new key of the caller's project. The answer holds the secret `key`, shown this once. A project
+    holds at most `KEEL_MAX_KEYS_PER_PROJECT` active keys (409 `too_many_keys`: revoke one first).
 
     Args:
         body (ApiKeyCreate): A new key of the caller's project.
@@ -113,7 +119,8 @@ def sync(
 ) -> ApiKeyCreated | Problem | None:
     """Create an API key
 
-     A new key of the caller's project. The answer holds the secret `key`, shown this once.
+     A new key of the caller's project. The answer holds the secret `key`, shown this once. A project
+    holds at most `KEEL_MAX_KEYS_PER_PROJECT` active keys (409 `too_many_keys`: revoke one first).
 
     Args:
         body (ApiKeyCreate): A new key of the caller's project.
@@ -139,7 +146,8 @@ async def asyncio_detailed(
 ) -> Response[ApiKeyCreated | Problem]:
     """Create an API key
 
-     A new key of the caller's project. The answer holds the secret `key`, shown this once.
+     A new key of the caller's project. The answer holds the secret `key`, shown this once. A project
+    holds at most `KEEL_MAX_KEYS_PER_PROJECT` active keys (409 `too_many_keys`: revoke one first).
 
     Args:
         body (ApiKeyCreate): A new key of the caller's project.
@@ -168,7 +176,8 @@ async def asyncio(
 ) -> ApiKeyCreated | Problem | None:
     """Create an API key
 
-     A new key of the caller's project. The answer holds the secret `key`, shown this once.
+     A new key of the caller's project. The answer holds the secret `key`, shown this once. A project
+    holds at most `KEEL_MAX_KEYS_PER_PROJECT` active keys (409 `too_many_keys`: revoke one first).
 
     Args:
         body (ApiKeyCreate): A new key of the caller's project.

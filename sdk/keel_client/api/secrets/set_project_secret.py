@@ -85,7 +85,8 @@ def sync_detailed(
 ) -> Response[Problem | SecretPublic]:
     """Set a project secret
 
-     Create or replace a secret of the caller's project. The answer never holds the value.
+     Create or replace a secret of the caller's project. The answer never holds the value. A URL a
+    worker will connect to (`WANDB_BASE_URL`) must be http(s) on a public address.
 
     Args:
         name (str): Upper-case letters, digits and `_`, e.g. `WANDB_API_KEY`.
@@ -119,7 +120,8 @@ def sync(
 ) -> Problem | SecretPublic | None:
     """Set a project secret
 
-     Create or replace a secret of the caller's project. The answer never holds the value.
+     Create or replace a secret of the caller's project. The answer never holds the value. A URL a
+    worker will connect to (`WANDB_BASE_URL`) must be http(s) on a public address.
 
     Args:
         name (str): Upper-case letters, digits and `_`, e.g. `WANDB_API_KEY`.
@@ -148,7 +150,8 @@ async def asyncio_detailed(
 ) -> Response[Problem | SecretPublic]:
     """Set a project secret
 
-     Create or replace a secret of the caller's project. The answer never holds the value.
+     Create or replace a secret of the caller's project. The answer never holds the value. A URL a
+    worker will connect to (`WANDB_BASE_URL`) must be http(s) on a public address.
 
     Args:
         name (str): Upper-case letters, digits and `_`, e.g. `WANDB_API_KEY`.
@@ -180,7 +183,8 @@ async def asyncio(
 ) -> Problem | SecretPublic | None:
     """Set a project secret
 
-     Create or replace a secret of the caller's project. The answer never holds the value.
+     Create or replace a secret of the caller's project. The answer never holds the value. A URL a
+    worker will connect to (`WANDB_BASE_URL`) must be http(s) on a public address.
 
     Args:
         name (str): Upper-case letters, digits and `_`, e.g. `WANDB_API_KEY`.
