@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import torch
 
+from engine.algos import kl_penalty, masked_mean
 from engine.config import GuardrailConfig
 
 OVERFIT_MARGIN = 0.05
@@ -46,6 +47,26 @@ def judge_step(kl: float, nonfinite: Sequence[str], cfg: GuardrailConfig) -> Ver
     if kl > cfg.warn_kl:
         return Verdict("warn", f"KL {kl:.4f} above warn_kl {cfg.warn_kl}", evidence)
     return Verdict("ok", "", evidence)
+
+
+def sequence_mean_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, mask: torch.Tensor,
+                     kind: str) -> float:
+    """Mean over sequences of each one's mean per-token KL estimate `kind` (`kl_penalty`'s names).
+
+    Args:
+        log_probs, ref_log_probs: `(batch, response_len)`.
+        mask: `(batch, response_len)`, the mask of the rows the log-probs were computed on: a row
+            with none (PF-PPO dropped it: its log-probs are zeros, not a policy's) counts for
+            nothing, not for `exp(ref) - ref - 1`, nor as a zero.
+
+    Returns:
+        The mean (0.0 when no row has a token).
+    """
+    rows = mask.sum(-1) > 0
+    if not bool(rows.any()):
+        return 0.0
+    per_row = masked_mean(kl_penalty(log_probs, ref_log_probs, kind), mask, dim=-1)
+    return float(per_row[rows].mean())
 
 
 def reward_filter_mask(scores: torch.Tensor, group_index: Sequence[Any], mode: str,

@@ -14,8 +14,10 @@ reference. `reporter.should_stop()` is checked between phases; `reporter.should_
 steps (the last finished step is checkpointed, then `Paused` is raised).
 
 Guardrails (`config.guardrails`): after every update, `guardrails/kl` (the k3 estimate of
-KL(pi_new || pi_ref) on the step's samples, from the log-probs the actor's last PPO epoch already
-computed: no extra forward) above `rollback_kl`, or a NaN/inf reward, loss or
+KL(pi_new || pi_ref) on the step's samples, from one forward of the updated policy after its last
+optimizer step: the update's own forwards all precede a step, so they would judge the policy one
+update late, and a rollback would restore weights that already hold it) above `rollback_kl`, or a
+NaN/inf reward, loss or
 gradient, restores the state at the start of the step (actor, critic, both optimizers and LR
 schedules, KL controller, data position) from an in-memory snapshot, halves the actor LR
 (`rollback_lr_factor`), tightens `clip_ratio` to `rollback_clip_ratio`, reports a `rollback`
@@ -52,7 +54,14 @@ from engine.config import JobRequest, JobResult, PPOConfig
 from engine.data import PromptExample, load_rows, tokenize_prompts
 from engine.distributed import start_group
 from engine.errors import Cancelled, ConfigError, DataError, Diverged, Paused, StepTimeout
-from engine.guardrails import ReplayBuffer, Verdict, judge_step, overfit_gap, reward_filter_mask
+from engine.guardrails import (
+    ReplayBuffer,
+    Verdict,
+    judge_step,
+    overfit_gap,
+    reward_filter_mask,
+    sequence_mean_kl,
+)
 from engine.models import load_tokenizer
 from engine.reporting import Reporter
 from engine.rewards import rule_reward_kwargs
@@ -381,13 +390,14 @@ class PPOTrainer:
         self._check_stop()
         if self.fault_hook is not None:
             self.fault_hook(self, step)
-        updates, new_log_probs = self._update_phase(step, rollout, adv, deadline)
+        updates, new_log_probs, sampling_log_probs = self._update_phase(step, rollout, adv, deadline)
 
-        mask = rollout["batch"]["response_mask"]
-        if adv["current_kl"] is None:  # on-policy: the update's log-probs are the sampling policy's
-            kl = kl_penalty(new_log_probs, rollout["ref"], cfg.algorithm.kl_penalty)
-            adv["current_kl"] = float(masked_mean(kl, mask, dim=-1).mean())
-        guard_kl = float(masked_mean(kl_penalty(new_log_probs, rollout["ref"], "low_var_kl"), mask, dim=-1).mean())
+        # The rows the update saw: PF-PPO's dropped rows were never scored (their log-probs are 0).
+        mask = adv["loss_mask"]
+        if adv["current_kl"] is None:  # on-policy: the update's forwards measured the sampling policy
+            adv["current_kl"] = sequence_mean_kl(sampling_log_probs, rollout["ref"], mask, cfg.algorithm.kl_penalty)
+        # The policy the update produced (a rollback returns to the weights before it).
+        guard_kl = sequence_mean_kl(new_log_probs, rollout["ref"], mask, "low_var_kl")
         nonfinite = [role for role in ("actor", "critic") if any(u["nonfinite"] for u in updates[role])]
         verdict = judge_step(guard_kl, nonfinite, cfg.guardrails)
         if verdict.action == "rollback":
@@ -546,11 +556,12 @@ class PPOTrainer:
                 "seconds": time.perf_counter() - start}
 
     def _update_phase(self, step: int, rollout: dict[str, Any], adv: dict[str, Any],
-                      deadline: float) -> tuple[dict[str, list[Any]], torch.Tensor]:
+                      deadline: float) -> tuple[dict[str, list[Any]], torch.Tensor, torch.Tensor | None]:
         """Critic and actor updates, submitted together (the actor only after `critic_warmup`).
 
-        Returns the workers' results and the updated policy's log-probs of the batch (the rollout
-        log-probs when the actor did not update).
+        Returns the workers' results, the updated policy's log-probs of the batch (the rollout
+        log-probs when the actor did not update) and, on-policy, the sampling policy's log-probs
+        the update computed before its step (else None).
         """
         roles, old = self.roles, rollout["old"]
         train = dict(rollout["batch"], response_mask=adv["loss_mask"],
@@ -571,11 +582,14 @@ class PPOTrainer:
                              for w, (r, s) in enumerate(zip(a_rows, a_sizes))]
         updates = self._gather(refs, deadline, "update")
         if not updates["actor"]:
-            return updates, old
+            return updates, old, None
         new_log_probs = torch.empty_like(rollout["ref"])
+        sampling = torch.empty_like(rollout["ref"]) if old is None else None
         for r, result in zip(a_rows, updates["actor"]):
             new_log_probs[torch.tensor(r)] = result["log_probs"]
-        return updates, new_log_probs
+            if sampling is not None:
+                sampling[torch.tensor(r)] = result["sampling_log_probs"]
+        return updates, new_log_probs, sampling
 
     def _validate(self, deadline: float) -> dict[str, float]:
         """Greedy (`rollout.val_temperature`) responses to the validation prompts, scored."""

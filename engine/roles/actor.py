@@ -177,10 +177,13 @@ class ActorRollout(TrainableRole):
 
         Returns:
             `metrics` (name -> (weighted sum, weight), merged across workers by the driver),
-            `log_probs` (for the KL guardrail: the log-probs the last PPO epoch computed, each row's
-            under the weights of its mini-batch's last step; no extra forward; rows an early stop
-            never reached keep `old_log_probs`), `nonfinite` (a loss or gradient was NaN/inf: the
-            remaining steps were skipped), `time_s`.
+            `log_probs` (for the KL guardrail: every row under the weights the update produced, one
+            forward after the last step; the update's own forwards all ran before some step, so
+            they would judge the policy one update late), `sampling_log_probs` (on-policy only:
+            the update's forwards, all before its single step, i.e. the sampling policy's),
+            `nonfinite` (a loss or gradient was NaN/inf on any worker: every worker skipped the
+            remaining steps; `log_probs` are then the old ones), `time_s`. Rows whose
+            `response_mask` is all zero (filtered out) get zeros.
         """
         start = time.perf_counter()
         a = self.cfg.actor
@@ -189,12 +192,11 @@ class ActorRollout(TrainableRole):
         totals = mini_batch_totals(self, batch, bounds, a.loss_agg_mode)
         sums = MetricSums()
         nonfinite = False
-        if "old_log_probs" in batch:
-            last_log_probs = batch["old_log_probs"].clone()
-        elif a.ppo_epochs == 1 and len(bounds) == 1:
-            last_log_probs = torch.zeros(batch["response_mask"].shape, dtype=torch.float32)
-        else:
-            raise ValueError("update_actor without old_log_probs needs one PPO epoch in one mini-batch")
+        sampling_log_probs = None
+        if "old_log_probs" not in batch:
+            if a.ppo_epochs != 1 or len(bounds) != 1:
+                raise ValueError("update_actor without old_log_probs needs one PPO epoch in one mini-batch")
+            sampling_log_probs = torch.zeros(batch["response_mask"].shape, dtype=torch.float32)
         self.model.train()
         for epoch in range(a.ppo_epochs):
             last = epoch == a.ppo_epochs - 1
@@ -210,8 +212,8 @@ class ActorRollout(TrainableRole):
                         (log_probs.sum() * 0.0).backward()
                         continue
                     log_probs = self._backward(mb, total, width, sums, last_epoch=last)
-                    if last:
-                        last_log_probs[index] = pad_response(log_probs, width).cpu()
+                    if sampling_log_probs is not None:
+                        sampling_log_probs[index] = pad_response(log_probs, width).cpu()
                 grad_norm, finite = self._optimizer_step(a.optim.grad_clip)
                 sums.add("actor/grad_norm", grad_norm)
                 if not finite:
@@ -224,8 +226,15 @@ class ActorRollout(TrainableRole):
         if not nonfinite:
             self.scheduler.step()
         self._after_weights_changed()
-        return {"metrics": sums.sums, "log_probs": last_log_probs, "nonfinite": nonfinite,
-                "time_s": time.perf_counter() - start}
+        if nonfinite:  # the step is rolled back: nothing to judge
+            new_log_probs = batch.get("old_log_probs", sampling_log_probs).clone()
+        else:
+            new_log_probs = self._log_probs(batch)
+        out = {"metrics": sums.sums, "log_probs": new_log_probs, "nonfinite": nonfinite,
+               "time_s": time.perf_counter() - start}
+        if sampling_log_probs is not None:
+            out["sampling_log_probs"] = sampling_log_probs
+        return out
 
     def _backward(self, mb: Batch, total: float, width: int, sums: MetricSums, *,
                   last_epoch: bool) -> torch.Tensor:
