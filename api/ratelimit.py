@@ -59,7 +59,7 @@ from fastapi.responses import StreamingResponse
 from limits import RateLimitItemPerSecond
 from limits.storage import MemoryStorage
 from limits.strategies import SlidingWindowCounterRateLimiter
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from api import metrics
 from api.errors import ApiError
@@ -418,7 +418,7 @@ class StreamSlots:
 class LeasedStream(StreamingResponse):
     """A streaming response that holds a stream slot while it runs (renewed as it streams: the
     keep-alive pings come more often than `RENEW_S`) and gives it back however it ends: finished,
-    client gone, or the server shutting down."""
+    client gone, the server shutting down, or its key revoked (`api.streams.until_revoked`)."""
 
     def __init__(self, content: AsyncIterator[bytes], *args: Any, slots: StreamSlots, lease: Lease | None,
                  **kwargs: Any) -> None:
@@ -426,9 +426,32 @@ class LeasedStream(StreamingResponse):
         self.slots, self.lease = slots, lease
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        from api import streams  # (it reads the database: imported where a stream runs)
+
         metrics.SSE_CONNECTIONS.inc()
+        started = revoked = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
         try:
-            await super().__call__(scope, receive, send)
+            async with anyio.create_task_group() as group:
+                async def watch(key_id: str) -> None:
+                    nonlocal revoked
+                    await streams.until_revoked(key_id)
+                    revoked = True
+                    group.cancel_scope.cancel()
+
+                if self.lease is not None:
+                    group.start_soon(watch, self.lease.key_id)
+                await super().__call__(scope, receive, sending)
+                group.cancel_scope.cancel()
+            if revoked:  # the key was revoked: the stream ends as if the job had
+                if not started:
+                    await send({"type": "http.response.start", "status": 401, "headers": []})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             metrics.SSE_CONNECTIONS.dec()
             if self.lease is not None:

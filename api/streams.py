@@ -11,6 +11,8 @@ Subscribers never poll. `follow()` subscribes first, then replays the log from t
 the client's cursor, then streams live; a payload whose `seq` is not the next one (a gap) or a
 resync marker makes it re-read the database after its cursor, and anything at or below the cursor
 is dropped, so nothing is lost or repeated.
+
+A stream ends when its API key is revoked (`until_revoked`, watched by `api.ratelimit.LeasedStream`).
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ from typing import Any
 from anyio import to_thread
 from sqlalchemy import and_, or_, select
 
+from core import key_cache
 from core.config import settings
-from core.db import session_factory
+from core.db import get_engine, session_factory
 from core.events import CHANNEL_PREFIX, event_payload, read_events
-from core.models import Job, JobEvent
+from core.models import ApiKey, Job, JobEvent
 
 log = logging.getLogger(__name__)
 
@@ -309,6 +312,44 @@ async def follow(job_id: str, after: int = 0, *, ping_s: float | None = None) ->
                 yield item
                 if item.get("type") == "job.done":
                     return
+
+
+# -- revocation -------------------------------------------------------------------------------------
+
+REVOCATION_POLL_S = 2.0
+"""Where no key cache listens for revocations (SQLite, a listener reconnecting): how often an open
+stream re-reads its key."""
+_WATCH_TICK_S = 0.25
+
+
+def _key_revoked(key_id: str) -> bool:
+    with session_factory()() as db:
+        row = db.execute(select(ApiKey.revoked_at).where(ApiKey.id == key_id)).one_or_none()
+        return row is None or row.revoked_at is not None
+
+
+async def until_revoked(key_id: str) -> None:
+    """Returns once the API key `key_id` is revoked, within the key cache's propagation time: the key is
+    re-read when this process's key cache is emptied (a revocation's NOTIFY, `core.key_cache`) and at
+    least every `key_cache.TTL_S`; without a listening cache, every `REVOCATION_POLL_S`."""
+    loop = asyncio.get_running_loop()
+    cache = key_cache.for_engine(get_engine())
+    seen, checked = (cache.generation() if cache is not None else None), loop.time()
+    while True:
+        await asyncio.sleep(_WATCH_TICK_S)
+        now = loop.time()
+        if cache is not None and cache.listening:
+            due = cache.generation() != seen or now - checked >= key_cache.TTL_S
+        else:
+            due = now - checked >= REVOCATION_POLL_S
+        if not due:
+            continue
+        seen, checked = (cache.generation() if cache is not None else None), now
+        try:
+            if await to_thread.run_sync(_key_revoked, key_id):
+                return
+        except Exception as exc:  # noqa: BLE001 - the database away: the stream goes on, checked again later
+            log.warning("stream key check: %s", exc.__class__.__name__)
 
 
 def unix_seconds(created_at: Any) -> int:
