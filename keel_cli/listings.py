@@ -73,9 +73,11 @@ def event_line(event_type: str, data: dict[str, Any], method: str, created_at: i
     elif event_type in ("job.status", "job.done"):
         text = f"{event_type.removeprefix('job.')}: {data.get('status')}"
     elif event_type == "job.placement":
-        workers = data.get("workers") or []
-        nodes = {w.get("node_ip") for w in workers if isinstance(w, dict)}
-        text = f"placed {len(workers)} role worker(s) on {len(nodes)} node(s)"
+        # One entry per role and rank: colocated roles share a process, so count processes.
+        workers = [w for w in data.get("workers") or [] if isinstance(w, dict)]
+        roles = ", ".join(dict.fromkeys(str(w.get("role")) for w in workers))
+        processes = len({(w.get("node_id"), w.get("pid")) for w in workers})
+        text = f"placed {roles}: {processes} process(es) on {len({w.get('node_id') for w in workers})} node(s)"
     else:
         text = str(data)
     return when + text

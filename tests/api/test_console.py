@@ -222,7 +222,8 @@ def seeded(database):
     ppo = _job(project_id, file_id, sft_model, {"type": "ppo", "reward": {"model": distill_model}},
                progress={"step": total, "total_steps": total}, **done)
     ppo_model = _model(project_id, ppo, "policy", sft_model)
-    events = [("job.status", {"status": "running"})]
+    events = [("job.status", {"status": "running"}), ("job.placement", {"workers": [  # colocated: one process
+        {"role": r, "rank": 0, "node_id": "n1", "node_ip": "10.0.0.1", "pid": 42} for r in ("actor", "critic", "ref", "reward")]})]
     for step in range(1, total + 1):
         events.append(("job.metrics", _metrics(step, total)))
         if step == 12:
@@ -291,6 +292,7 @@ def test_every_page_renders(tabs, seeded, viewport, tmp_path):
     assert page.locator("#checkpoints tbody tr").count() == 3
     assert page.locator("#checkpoints button[data-checkpoint]").count() == 3  # downloads: the e2e test
     assert page.locator("#events li[data-type='job.warning']").count() == 2
+    assert "placed actor, critic, ref, reward: 1 process on 1 node" in page.inner_text("#events li[data-type='job.placement']")
     assert page.locator(".chart[data-metric='actor/ppo_kl'] canvas").count() == 1
     tab.check("job", viewport)
     # Drag-zoom into steps 10-20 of one chart: its x scale narrows; a double-click restores it.

@@ -80,12 +80,16 @@ def test_jobs_logs_and_follow(cli_env, run_keel):
     job_id = _job(cli_env, status="running")
     _append(job_id, "job.status", {"status": "running"})
     _append(job_id, "job.log", {"message": "loading the model"})
+    # PPO's four colocated roles: four entries, one process (the log line says "1 worker(s)").
+    _append(job_id, "job.placement", {"workers": [{"role": r, "rank": 0, "node_id": "n1", "node_ip": "10.0.0.1",
+                                                   "pid": 42} for r in ("actor", "critic", "ref", "reward")]})
     for step in (1, 2):
         _append(job_id, "job.metrics", {"step": step, "total_steps": 3, "values": {"rm/loss": 0.5 / step}})
     logs = run_keel("jobs", "logs", job_id)
     assert logs.exit_code == 0, logs.output
     lines = logs.stdout.strip().splitlines()
-    assert len(lines) == 4 and lines[1].endswith("loading the model") and lines[3].endswith("step 2/3  rm/loss=0.25")
+    assert len(lines) == 5 and lines[1].endswith("loading the model") and lines[4].endswith("step 2/3  rm/loss=0.25")
+    assert lines[2].endswith("placed actor, critic, ref, reward: 1 process(es) on 1 node(s)")
 
     def finish():  # the worker's last events, while `--follow` waits on the stream
         time.sleep(1.0)
@@ -101,7 +105,7 @@ def test_jobs_logs_and_follow(cli_env, run_keel):
     thread.join()
     assert followed.exit_code == 0, followed.output
     lines = followed.stdout.strip().splitlines()
-    assert len(lines) == 7 and "warning kl_high: KL is high" in lines[4] and lines[-1].endswith("done: succeeded")
+    assert len(lines) == 8 and "warning kl_high: KL is high" in lines[5] and lines[-1].endswith("done: succeeded")
 
 
 def test_jobs_delete(cli_env, run_keel):

@@ -54,7 +54,7 @@ def test_pipeline_sft_rm_distill_ppo_through_the_api(client, auth, celery_worker
     jobs: dict[str, dict] = {}
     for step in PIPELINE:
         body = {"model": _resolve(step["model"], demo_assets, outputs), "training_file": files[step["train"]],
-                "validation_file": files[step["val"]], "method": _resolve(step["method"], demo_assets, outputs),
+                "validation_file": files.get(step.get("val")), "method": _resolve(step["method"], demo_assets, outputs),
                 "suffix": step["name"]}
         r = client.post("/v1/jobs", headers=auth, json=body)
         assert r.status_code == 201, r.text
@@ -68,7 +68,7 @@ def test_pipeline_sft_rm_distill_ppo_through_the_api(client, auth, celery_worker
     assert jobs["reward_model"]["latest_metrics"]["val/rm/accuracy"] >= 0.9
     assert jobs["rm_distill"]["latest_metrics"]["distill/val_kl"] < 0.05
     names = _metric_names(client, auth, jobs["ppo"]["id"])
-    assert [m for m in PPO_METRICS if m not in names] == []
+    assert [m for m in PPO_METRICS if m not in names and m != "val/reward/mean"] == []  # the demo's PPO: no val file
 
     # PPO again from the SFT model, scored by the GSM8K rule instead of a reward model.
     ppo_step = PIPELINE[-1]

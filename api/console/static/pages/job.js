@@ -145,9 +145,14 @@ export async function jobPage(main, [jobId], page) {
       case "job.log":
         log(event, d.message || "");
         return;
-      case "job.placement":
-        log(event, `${(d.workers || []).length} workers placed`);
+      case "job.placement": {
+        // One entry per role and rank: colocated roles share a process, so count processes, not entries.
+        const w = d.workers || [];
+        const procs = new Set(w.map((x) => `${x.node_id}/${x.pid}`)).size;
+        const nodes = new Set(w.map((x) => x.node_id)).size;
+        log(event, `placed ${[...new Set(w.map((x) => x.role))].join(", ")}: ${procs} process${procs === 1 ? "" : "es"} on ${nodes} node${nodes === 1 ? "" : "s"}`);
         return;
+      }
       case "job.done":
         log(event, d.status || "");
         refresh();
