@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -72,13 +72,21 @@ class Precision:
         self.scaler.scale(loss).backward()
 
     def step(self, optimizer: torch.optim.Optimizer, params: Iterable[torch.nn.Parameter],
-             grad_clip: float) -> tuple[float, bool, bool]:
+             grad_clip: float, any_worker: Callable[[bool], bool] | None = None) -> tuple[float, bool, bool]:
         """Unscale, clip to `grad_clip` (0: no clipping) and step.
+
+        Args:
+            any_worker: with several data-parallel workers, `flag -> whether it is set on any
+                worker` (a collective, called once per step in float16 on every worker). A
+                non-finite loss is seen by one worker only; if it alone stopped training, the
+                others would wait for it in the next gradient all-reduce until the timeout.
 
         Returns:
             `(grad_norm, stepped, nonfinite)`: `stepped` is False when the gradient was not finite
             (the weights are untouched); `nonfinite` says that was a failure, not a float16
             overflow the scaler absorbs by shrinking its scale (then the step is just skipped).
+            A failure on any worker skips the step on every worker and leaves the scale alone
+            (the step is rolled back).
         """
         max_norm = grad_clip if grad_clip > 0 else math.inf
         if self.scaler is None:
@@ -87,13 +95,16 @@ class Precision:
             if stepped:
                 optimizer.step()
             return norm, stepped, not stepped
+        nonfinite, self._loss_nonfinite = self._loss_nonfinite, False
+        if any_worker is not None:
+            nonfinite = any_worker(nonfinite)
+        if nonfinite:
+            return math.nan, False, True
         self.scaler.unscale_(optimizer)
         norm = float(torch.nn.utils.clip_grad_norm_(list(params), max_norm))
         self.scaler.step(optimizer)  # skipped by the scaler when unscale_ found inf/NaN
         self.scaler.update()
-        stepped = math.isfinite(norm)
-        nonfinite, self._loss_nonfinite = self._loss_nonfinite, False
-        return norm, stepped, nonfinite
+        return norm, math.isfinite(norm), False
 
     # The scaler's state is part of a checkpoint (and of a rollback snapshot) for exact resume.
     def state_dict(self) -> dict[str, Any]:

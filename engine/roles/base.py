@@ -296,9 +296,14 @@ class TrainableRole(Role):
         params = self._params()
         distributed.all_reduce_grads(params)
         self._await_snapshot()  # the snapshot must have read the weights before they change
-        norm, _, nonfinite = self.precision.step(self.optimizer, params, grad_clip)
+        any_worker = self._any_worker if self.world_size > 1 else None
+        norm, _, nonfinite = self.precision.step(self.optimizer, params, grad_clip, any_worker)
         self.optimizer.zero_grad(set_to_none=False)
         return norm, not nonfinite
+
+    def _any_worker(self, flag: bool) -> bool:
+        """Whether `flag` is set on any worker of the group (every worker must call it)."""
+        return self._global_sum([float(flag)])[0] > 0
 
     def current_lr(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])
