@@ -78,8 +78,8 @@ class Settings(BaseSettings):
     """Addresses (comma-separated, `*` = any) of proxies whose `X-Forwarded-For` names the client: the
     address the failed-authentication limit counts by. Only the proxy in front of the API belongs here."""
     AUTH_FAILURES_PER_MINUTE: int = Field(default=30, ge=0)
-    """Requests with a missing, invalid or revoked API key one client address may make per minute (0 = no
-    limit); beyond, 429 with `Retry-After`, checked before the key is looked up."""
+    """Requests with an invalid or revoked API key one client address may make per minute (0 = no limit);
+    beyond, 429 with `Retry-After`, checked before the key is looked up."""
     MAX_KEYS_PER_PROJECT: int = Field(default=100, ge=0)
     """Active (unrevoked) API keys a project may hold (0 = no cap); creating one more is a 409 `too_many_keys`."""
     LOG_LEVEL: str = "INFO"
@@ -112,6 +112,16 @@ class Settings(BaseSettings):
     """Wall-clock seconds a python grader may spend on one sample; beyond, the sample scores 0."""
     PYTHON_GRADER_MEMORY_MB: int = Field(default=2048, ge=256)
     """Address space of a python grader's process (a bigger allocation is a MemoryError)."""
+    PYTHON_GRADER_DISK_MB: int = Field(default=128, ge=1)
+    """Bytes a python grader's process may keep in its temporary directory, all files together (a size-
+    capped tmpfs of its own; beyond, a write fails with ENOSPC)."""
+    MAX_GRADER_RUNS_PER_KEY: int = Field(default=4, ge=0)
+    """`graders/run` calls one API key may have running at once (0 = no cap); 429 `too_many_grader_runs`."""
+    MAX_GRADER_RUNS: int = Field(default=16, ge=0)
+    """`graders/run` calls running at once in the whole deployment (0 = no cap); 429 `too_many_grader_runs`."""
+    GRADER_MEMORY_MB: int = Field(default=8192, ge=64)
+    """Address space of the process a `graders/run` evaluates in (`python -m engine.graders`; score models
+    load there: raise it for big ones). Beyond, the call is a 400 `grader_resources_exceeded`."""
     MLFLOW_TRACKING_URI_PREFIXES: list[str] = Field(default_factory=list)
     """MLflow tracking URIs jobs may name besides http(s) ones on public addresses, as prefixes (JSON list,
     e.g. `["http://mlflow.internal:5000", "file:///srv/mlruns"]`): an internal server or a shared directory."""
@@ -158,7 +168,7 @@ class Settings(BaseSettings):
         if not self.ALLOW_PYTHON_GRADERS:
             return None
         return {"cpu_s": self.PYTHON_GRADER_CPU_S, "wall_s": self.PYTHON_GRADER_TIMEOUT_S,
-                "memory_mb": self.PYTHON_GRADER_MEMORY_MB}
+                "memory_mb": self.PYTHON_GRADER_MEMORY_MB, "disk_mb": self.PYTHON_GRADER_DISK_MB}
 
     @property
     def model_roots(self) -> list[str]:

@@ -7,7 +7,9 @@ A grader is a JSON object (OpenAI's shapes; validation in engine/grading/spec.py
 - `text_similarity`: `{"type", "name", "input", "reference", "evaluation_metric"}` -> a score in [0, 1]:
   `fuzzy_match` (rapidfuzz's normalised Indel ratio), `bleu`, `gleu`, `meteor` (nltk; METEOR with exact
   and stem matches only: WordNet synonyms are not available offline), `rouge_1` .. `rouge_5`, `rouge_l`
-  (rouge-score, F-measure). `cosine` needs an embedding model and is refused.
+  (rouge-score, F-measure). `cosine` needs an embedding model and is refused. Texts over a metric's size
+  (engine/grading/similarity.py `LIMITS`: `rouge_l` 2,000 words, `fuzzy_match` 100,000 characters, the
+  others 50,000 words, per side) fail the sample (`other_error`).
 - `multi`: `{"type", "name", "graders": {name: grader}, "calculate_output": "0.5 * a + 0.5 * b"}`: the
   formula is parsed with `ast` (engine/grading/formula.py) and may use numbers, the graders' names,
   `+ - * / **`, unary signs and `min`, `max`, `abs`, `round` (never `eval`). A member that fails fails
@@ -34,14 +36,20 @@ The reward function `grader` (registered in engine.rewards) takes the grader as 
 `grader` and the dataset row as JSON in `ground_truth` (a `ground_truth` that is not a JSON object is
 the item `{"ground_truth": ...}`); the PPO Reward role scores whole batches with `job_grader`.
 `python -m engine.graders` reads `{"op": "validate" | "run", "grader", "item", "model_sample",
-"python": limits | null, "models": {model: path}}` on stdin and writes the result as JSON: how the API
-validates and runs graders without importing the engine.
+"python": limits | null, "models": {model: path}, "limits": {"memory_mb", "cpu_s"}}` on stdin and writes the
+result as JSON: how the API validates and runs graders without importing the engine. `limits` become the
+process's own soft RLIMIT_AS and RLIMIT_CPU (soft only: a python grader's sandbox, its child, sets its own
+below the unchanged hard limits); running out of memory is the answer `grader_resources_exceeded`. SIGTERM
+(the API's timeout) ends the process through its cleanup: a python grader's sandbox is killed and its
+temporary directory removed.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import resource
+import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -52,7 +60,7 @@ from typing import Any, NamedTuple
 from engine.errors import ConfigError
 from engine.grading.formula import evaluate, parse_formula
 from engine.grading.sandbox import Limits, run_python
-from engine.grading.similarity import similarity, string_check
+from engine.grading.similarity import TooLong, similarity, string_check
 from engine.grading.spec import (
     METRICS,
     OPERATIONS,
@@ -174,7 +182,10 @@ class Grader:
             return _failure("invalid_variable_error", e.message, e.param)
         if kind == "string_check":
             return _Value(string_check(spec["operation"], text, reference))
-        return _Value(similarity(spec["evaluation_metric"], text, reference))
+        try:
+            return _Value(similarity(spec["evaluation_metric"], text, reference))
+        except TooLong as e:
+            return _failure("other_error", str(e), f"{param}.{e.side}")
 
     def _multi(self, spec: dict[str, Any], param: str, samples: Sequence[dict[str, Any]],
                items: Sequence[dict[str, Any]], scores: list[dict[str, float]],
@@ -335,9 +346,38 @@ def _stager(storage: dict[str, Any] | None) -> Callable[[str], str] | None:
     return Artifacts(options=dict(storage.get("options") or {}), cache_dir=storage.get("cache_dir")).stage
 
 
+def _limit(limits: Mapping[str, Any]) -> None:
+    for which, value in ((resource.RLIMIT_AS, int(limits.get("memory_mb") or 0) * 1024 * 1024),
+                         (resource.RLIMIT_CPU, math.ceil(limits.get("cpu_s") or 0))):
+        if value > 0:
+            resource.setrlimit(which, (value, resource.getrlimit(which)[1]))
+
+
 def _main() -> None:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # through every `finally`
     request = json.loads(sys.stdin.read() or "{}")
-    sys.stdout.write(json.dumps(run(request if isinstance(request, dict) else {})))
+    request = request if isinstance(request, dict) else {}
+    _limit(request.get("limits") if isinstance(request.get("limits"), dict) else {})
+    try:
+        answer = run(request)
+    except Exception as e:
+        if not _out_of_memory(e):
+            raise
+        answer = {"error": {"message": "grading needed more memory than this deployment allows a grader",
+                            "param": "grader", "code": "grader_resources_exceeded"}}
+    sys.stdout.write(json.dumps(answer))
+
+
+def _out_of_memory(error: BaseException | None) -> bool:
+    """A MemoryError, or a library that could not be loaded for want of address space (the dynamic
+    loader's ENOMEM, as an ImportError or OSError), anywhere in `error`'s chain."""
+    seen = 0
+    while error is not None and seen < 16:
+        text = str(error)
+        if isinstance(error, MemoryError) or "failed to map segment" in text or "Cannot allocate memory" in text:
+            return True
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return False
 
 
 if __name__ == "__main__":

@@ -10,18 +10,26 @@ and which score models the project owns, and where they are.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 import json
+import logging
+import os
+import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter
+import anyio
+from fastapi import APIRouter, Request
 from sqlalchemy.orm import Session
 
 from api.deps import CurrentProject, SessionDep
 from api.errors import ApiError, problem_responses
+from api.ratelimit import RENEW_S, StreamSlots
 from api.routes.jobs import _model_ref
 from api.schemas.fine_tuning import GraderRun, GraderValidate
 from core import checkpoints
@@ -30,24 +38,88 @@ from core.models import Model
 from core.storage import is_url
 
 router = APIRouter(prefix="/v1/fine_tuning/alpha/graders", tags=["fine_tuning"])
+log = logging.getLogger(__name__)
+_ROOT = Path(__file__).resolve().parents[2]
+_ARGS = (sys.executable, "-m", "engine.graders")
+_ENV = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+_runs = StreamSlots(settings.REDIS_URL or None, prefix=f"keel:{settings.QUEUE_NAMESPACE}grader-runs")
+"""Running `graders/run` calls: leases per API key and under `*` for the deployment (shared by the API
+processes through Redis, as event streams are; each process counts its own without it)."""
+
+
+def _command(request: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    """The request for `python -m engine.graders` (the deployment's limits added) and its timeout."""
+    python = settings.python_grader_limits
+    timeout = 60 + (python["wall_s"] * 2 if python else 0) + (120 if request.get("models") else 0)
+    # The child's own RLIMIT_CPU is its wall-clock allowance: threads cannot spend more than that either.
+    return {**request, "python": python, "limits": {"memory_mb": settings.GRADER_MEMORY_MB, "cpu_s": timeout}}, timeout
+
+
+def _answer(code: int | None, stdout: bytes | str, stderr: bytes | str, timeout: float) -> dict[str, Any]:
+    if code == -signal.SIGXCPU:
+        raise ApiError(400, "grader_timeout", f"grader: evaluation used more than {timeout:g} CPU seconds.",
+                       param="grader")
+    if code != 0:
+        log.error("grader process: exit status %s: %s", code, stderr[-2000:])
+        raise ApiError(500, "internal_error", "The grader process failed.")
+    return json.loads(stdout)
 
 
 def grader_process(request: dict[str, Any]) -> dict[str, Any]:
-    """`python -m engine.graders` on `request` (the deployment's python-grader limits added)."""
-    root = Path(__file__).resolve().parents[2]
-    python = settings.python_grader_limits
-    request = {**request, "python": python}
-    timeout = 60 + (python["wall_s"] * 2 if python else 0) + (120 if request.get("models") else 0)
-    env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    """`python -m engine.graders` on `request`, blocking (validation: no grader code runs). Its whole
+    process group is stopped on timeout."""
+    request, timeout = _command(request)
+    with subprocess.Popen(_ARGS, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=_ROOT,
+                          env=_ENV, start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(json.dumps(request).encode(), timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise _timed_out(timeout) from None
+    return _answer(proc.returncode, out, err, timeout)
+
+
+async def grader_process_async(request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+    """`grader_process` on the event loop: the child is awaited, no worker thread waits for it. On
+    timeout (or a client gone) its process group gets SIGTERM (it kills a python grader's sandbox and
+    removes its directory), then SIGKILL after `STOP_GRACE_S`. `timeout` overrides the computed one."""
+    request, computed = _command(request)
+    timeout = computed if timeout is None else timeout
+    proc = await asyncio.create_subprocess_exec(*_ARGS, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE, cwd=_ROOT, env=_ENV,
+                                                start_new_session=True)
     try:
-        out = subprocess.run([sys.executable, "-m", "engine.graders"], input=json.dumps(request), text=True,
-                             capture_output=True, cwd=root, timeout=timeout, check=True, env=env)
-    except subprocess.TimeoutExpired as e:
-        raise ApiError(400, "grader_timeout", f"grader: evaluation took longer than {timeout:g} s.",
-                       param="grader") from e
-    except subprocess.CalledProcessError as e:
-        raise ApiError(500, "internal_error", "The grader process failed.") from e
-    return json.loads(out.stdout)
+        out, err = await asyncio.wait_for(proc.communicate(json.dumps(request).encode()), timeout)
+    except TimeoutError:
+        await _stop(proc)
+        raise _timed_out(timeout) from None
+    except BaseException:  # cancelled: the client went away
+        await asyncio.shield(_stop(proc))
+        raise
+    return _answer(proc.returncode, out, err.decode(errors="replace"), timeout)
+
+
+STOP_GRACE_S = 5.0
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
+    except TimeoutError:
+        pass
+    _signal_group(proc.pid, signal.SIGKILL)  # whatever else the group still holds
+    await proc.wait()
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def _timed_out(timeout: float) -> ApiError:
+    return ApiError(400, "grader_timeout", f"grader: evaluation took longer than {timeout:g} s.", param="grader")
 
 
 def _refused(result: dict[str, Any], prefix: str, status: int) -> None:
@@ -111,22 +183,65 @@ def _renamed(grader: Any, names: dict[str, str]) -> Any:
     return out
 
 
+@contextlib.asynccontextmanager
+async def _run_slot(key_id: str) -> AsyncIterator[None]:
+    """One of the key's `KEEL_MAX_GRADER_RUNS_PER_KEY` and the deployment's `KEEL_MAX_GRADER_RUNS`
+    running grader calls, held (and renewed) while the body runs; a 429 `too_many_grader_runs` when
+    either is taken."""
+    leases = []
+    renewer = None
+    try:
+        for owner, cap, whose in ((key_id, settings.MAX_GRADER_RUNS_PER_KEY, "This API key already has"),
+                                  ("*", settings.MAX_GRADER_RUNS, "The deployment already has")):
+            lease = await anyio.to_thread.run_sync(_runs.acquire, owner, cap)
+            if lease is None:
+                raise ApiError(429, "too_many_grader_runs", f"{whose} {cap} grader runs in progress; retry when "
+                               "one has finished.", headers={"Retry-After": "5"})
+            leases.append(lease)
+        renewer = asyncio.create_task(_renew(leases))
+        yield
+    finally:
+        if renewer is not None:
+            renewer.cancel()
+        with anyio.CancelScope(shield=True):
+            for lease in leases:
+                await anyio.to_thread.run_sync(_runs.release, lease)
+
+
+async def _renew(leases: list) -> None:
+    while True:
+        await asyncio.sleep(RENEW_S)
+        for lease in leases:
+            if lease.shared:
+                await anyio.to_thread.run_sync(_runs.renew, lease)
+
+
 @router.post("/run", summary="Run a grader", responses=problem_responses(400, 401, 429))
-def run_grader(body: GraderRun, project: CurrentProject, db: SessionDep) -> dict[str, Any]:
+async def run_grader(body: GraderRun, project: CurrentProject, db: SessionDep, request: Request) -> dict[str, Any]:
     """OpenAI's `fine_tuning.alpha.graders.run`: the grader's reward of `model_sample` for `item`. A sample
     the grader cannot score has reward 0 and the reason in `metadata.errors`."""
+    # At most KEEL_MAX_GRADER_RUNS_PER_KEY runs per key and KEEL_MAX_GRADER_RUNS in the deployment at once
+    # (429 too_many_grader_runs beyond: README's configuration table).
     item = dict(body.item or {})
     if body.reference_answer is not None:
         item.setdefault("reference_answer", body.reference_answer)
-    validated = check_grader(body.grader, "grader")
-    models = {ref: checkpoints.model_location(db, model_ref(db, project.id, ref, param))
-              for ref, param in validated["models"]}
-    request: dict[str, Any] = {"op": "run", "grader": body.grader, "model_sample": body.model_sample, "item": item,
+    # Async: the grader's process is awaited on the event loop, so slow graders hold no worker thread
+    # (and /healthz or other tenants' calls never queue behind them); only the DB look-ups use one.
+    async with _run_slot(request.state.caller.key_id):
+        validated = await grader_process_async({"op": "validate", "grader": body.grader})
+        _refused(validated, "grader", 400)
+
+        def locate() -> dict[str, str]:
+            return {ref: checkpoints.model_location(db, model_ref(db, project.id, ref, param))
+                    for ref, param in validated["models"]}
+
+        models = await anyio.to_thread.run_sync(locate) if validated["models"] else {}
+        run: dict[str, Any] = {"op": "run", "grader": body.grader, "model_sample": body.model_sample, "item": item,
                                "models": models}
-    if any(is_url(location) for location in models.values()):
-        request["storage"] = {"options": dict(settings.STORAGE_OPTIONS),
+        if any(is_url(location) for location in models.values()):
+            run["storage"] = {"options": dict(settings.STORAGE_OPTIONS),
                               "cache_dir": settings.ARTIFACT_CACHE_DIR or None}
-    result = grader_process(request)
+        result = await grader_process_async(run)
     _refused(result, "grader", 400)
     return result
 

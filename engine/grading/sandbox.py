@@ -10,7 +10,12 @@ per-sample time limits from outside, and turns what came back into one `Outcome`
 Limits (`Limits`): per sample, `cpu_s` CPU seconds (read from /proc while it runs) and `wall_s` seconds
 of wall clock, enforced by killing the process; per process, RLIMIT_CPU of `cpu_s` per sample plus one
 sample's worth for start-up (the kernel's backstop), RLIMIT_AS of `memory_mb`, RLIMIT_FSIZE of
-`file_mb`, RLIMIT_NOFILE of `open_files`. A sample whose process is killed scores nothing (its
+`file_mb`, RLIMIT_NOFILE of `open_files`, and all files together `disk_mb` and `files` (the size of its
+temporary directory's tmpfs, in the mount namespace sandboxed.py makes).
+
+Nothing outlives a batch: the sandbox gets SIGKILL when the process that started it ends (however that
+ends: PR_SET_PDEATHSIG), and each process removes, once, the directories of sandboxes whose starting
+process died before its cleanup ran (`keel-grader-<pid>-...` in the temporary directory). A sample whose process is killed scores nothing (its
 `Outcome` carries the reason) and a fresh process continues with the rest of the batch; after
 `max_restarts` kills in one batch the remaining samples are not graded (the grader is not usable).
 """
@@ -22,6 +27,7 @@ import json
 import logging
 import math
 import os
+import re
 import select
 import shutil
 import signal
@@ -54,6 +60,10 @@ class Limits:
     """Address space of the process (RLIMIT_AS): an allocation beyond it is a MemoryError."""
     file_mb: int = 100
     """Largest file the grader may write in its temporary directory (RLIMIT_FSIZE)."""
+    disk_mb: int = 128
+    """All its files together: the size of its temporary directory's tmpfs (ENOSPC beyond)."""
+    files: int = 1000
+    """Files and directories it may create there (the tmpfs's inodes)."""
     open_files: int = 64
     max_restarts: int = 3
 
@@ -109,7 +119,8 @@ def _one_process(source: str, samples: Sequence[dict[str, Any]], items: Sequence
                  mechanisms: dict[str, str] | None = None) -> tuple[dict[int, Outcome], int | None]:
     """Grade `indices` in one process. Returns (outcomes by index, the index whose sample killed the
     process or None). A process that fails before grading gives every pending index an outcome."""
-    temp = tempfile.mkdtemp(prefix="keel-grader-")
+    _sweep_once()
+    temp = tempfile.mkdtemp(prefix=f"keel-grader-{os.getpid()}-")
     request = {"source": source, "indices": indices, "samples": [samples[i] for i in indices],
                "items": [items[i] for i in indices], "audit": audit_hook,
                "limits": {**asdict(limits), "cpu_s": limits.cpu_s * (len(indices) + 1)}}
@@ -119,7 +130,7 @@ def _one_process(source: str, samples: Sequence[dict[str, Any]], items: Sequence
         with open(stderr_path, "wb") as stderr:
             # -I: no PYTHON* variables, no user site, not the current directory on sys.path. An empty
             # environment: no credentials or settings of the worker reach the grader.
-            proc = subprocess.Popen([sys.executable, "-I", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            proc = subprocess.Popen([sys.executable, "-I", CHILD, str(os.getpid())], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=stderr, cwd=temp, env={}, close_fds=True, start_new_session=True)
         try:
             return _converse(proc, request, indices, limits, out, temp, mechanisms)
@@ -133,7 +144,50 @@ def _one_process(source: str, samples: Sequence[dict[str, Any]], items: Sequence
         log.error("python grader: could not start the sandbox: %s", e)
         return {i: Outcome(None, "the grader sandbox could not start", "server") for i in indices}, None
     finally:
-        shutil.rmtree(temp, ignore_errors=True)
+        _remove(temp)
+
+
+_swept = False
+
+
+def _sweep_once() -> None:
+    """Remove the sandbox directories of processes that are gone (killed before their cleanup ran),
+    once per process: `keel-grader-<pid of the process that made it>-...`."""
+    global _swept
+    if _swept:
+        return
+    _swept = True
+    root = tempfile.gettempdir()
+    with contextlib.suppress(OSError), os.scandir(root) as entries:
+        for entry in entries:
+            match = _OWNED.fullmatch(entry.name)
+            if match and entry.is_dir(follow_symlinks=False) and not _alive(int(match[1])):
+                _remove(entry.path)
+
+
+_OWNED = re.compile(r"keel-grader-(\d+)-\w+")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's
+        return True
+    return True
+
+
+def _remove(path: str) -> None:
+    """rmtree, also through directories the grader made unreadable (chmod 0)."""
+    def unlock(_function, failed, _excinfo) -> None:
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(failed), 0o700)
+            os.chmod(failed, 0o700)
+        with contextlib.suppress(OSError):
+            (shutil.rmtree if os.path.isdir(failed) and not os.path.islink(failed) else os.unlink)(failed)
+
+    shutil.rmtree(path, onerror=unlock)
 
 
 def _converse(proc: subprocess.Popen, request: dict[str, Any], indices: list[int], limits: Limits,

@@ -16,8 +16,12 @@ reported in `mechanisms`, never silently skipped):
 
 1. resource limits: RLIMIT_CPU (SIGXCPU, then SIGKILL), RLIMIT_AS (allocations fail: MemoryError),
    RLIMIT_FSIZE, RLIMIT_NOFILE, no core files;
-2. a new user + network namespace (unshare): no network interface but a down loopback, and no
+2. a new user + network + mount namespace (unshare): no network interface but a down loopback, and no
    capability over the outer namespace;
+   a filesystem of its own (pivot_root): a small tmpfs as `/` holding only read-only binds of the read
+   roots (below) and, at the temporary directory's path, a tmpfs of `disk_mb` MiB and `files` inodes
+   (all its files together: ENOSPC beyond). Nothing else exists: stat/listdir of `/proc`, `/home`, the
+   project ... fail with ENOENT;
 3. Landlock: reads only below the Python installation and the system libraries, reads and writes
    only in the temporary directory, no TCP bind/connect (ABI 4+), no signals or abstract unix
    sockets outside the sandbox (ABI 6+); no mounts;
@@ -43,6 +47,15 @@ import sys
 import traceback
 
 _CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNS = 0x00020000
+_PR_SET_PDEATHSIG = 1
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_MNT_DETACH = 2
+_ST_FLAGS = ((os.ST_NOSUID, _MS_NOSUID), (os.ST_NODEV, _MS_NODEV), (os.ST_NOEXEC, _MS_NOEXEC),
+             (os.ST_RDONLY, _MS_RDONLY), (getattr(os, "ST_NOATIME", 1024), 1024),
+             (getattr(os, "ST_NODIRATIME", 2048), 2048), (getattr(os, "ST_RELATIME", 4096), 1 << 21))
+"""statvfs flags -> mount flags a read-only bind must keep (a user namespace cannot drop locked ones)."""
 _CLONE_NEWNET = 0x40000000
 _CLONE_THREAD = 0x00010000
 _PR_SET_NO_NEW_PRIVS = 38
@@ -99,14 +112,74 @@ def _limit(limits: dict) -> str:
 
 def _unshare(libc) -> str:
     uid, gid = os.geteuid(), os.getegid()
-    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) != 0:
-        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER|CLONE_NEWNET) failed")
+    flags, name = _CLONE_NEWUSER | _CLONE_NEWNET | _CLONE_NEWNS, "user+net+mount"
+    if libc.unshare(flags) != 0:
+        flags, name = _CLONE_NEWUSER | _CLONE_NEWNET, "user+net"
+        if libc.unshare(flags) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER|CLONE_NEWNET) failed")
     # Map our one uid/gid (as 0 inside): files can be created only by a mapped uid. Capabilities inside
     # reach nothing outside the new namespaces.
-    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
-        with open(f"/proc/self/{name}", "w") as f:
+    for entry, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+        with open(f"/proc/self/{entry}", "w") as f:
             f.write(text)
-    return "user+net"
+    return name
+
+
+def _mount(libc, source: str | None, target: str, kind: str | None, flags: int, data: str | None = None) -> None:
+    enc = (lambda v: None if v is None else v.encode())
+    if libc.mount(enc(source), enc(target), enc(kind), ctypes.c_ulong(flags), enc(data)) != 0:
+        raise OSError(ctypes.get_errno(), f"mount({source}, {target}, {kind}) failed")
+
+
+def _filesystem(libc, temp: str, roots: list[str], limits: dict) -> str:
+    """A root of our own (see layer 2): the read roots bound read-only, a size-capped tmpfs at `temp`."""
+    if not os.path.exists("/proc/self/ns/mnt") or os.stat("/proc/self/ns/mnt").st_ino == _outer_mnt_ns:
+        raise OSError(errno.EPERM, "no mount namespace of our own")
+    _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing we mount propagates out
+    new = temp  # the new root is mounted over the temporary directory (only in our namespace)
+    _mount(libc, "keel-root", new, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
+    for path in roots:
+        if any(path.startswith(other.rstrip("/") + "/") for other in roots):
+            continue  # below another root: bound with it
+        inside = new + path
+        if os.path.isdir(path):
+            os.makedirs(inside, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(inside), exist_ok=True)
+            open(inside, "a").close()  # a mount point for a file
+        _mount(libc, path, inside, None, _MS_BIND | _MS_REC)
+        kept = os.statvfs(path).f_flag
+        locked = sum(flag for st, flag in _ST_FLAGS if kept & st)
+        _mount(libc, None, inside, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | locked)
+    for link, target in _links(roots):
+        os.makedirs(os.path.dirname(new + link), exist_ok=True)
+        if not os.path.lexists(new + link):
+            os.symlink(target, new + link)
+    scratch = new + temp
+    os.makedirs(scratch, exist_ok=True)
+    disk, files = int(limits["disk_mb"]), int(limits["files"])
+    _mount(libc, "keel-grader", scratch, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+           f"size={disk}m,nr_inodes={files + 1},mode=0700")
+    os.makedirs(new + "/.old", exist_ok=True)
+    if libc.syscall(155 if os.uname().machine == "x86_64" else 41, new.encode(), (new + "/.old").encode()) != 0:
+        raise OSError(ctypes.get_errno(), "pivot_root failed")
+    os.chdir("/")
+    if libc.umount2(b"/.old", _MNT_DETACH) != 0:
+        raise OSError(ctypes.get_errno(), "umount2(old root) failed")
+    os.rmdir("/.old")
+    _mount(libc, None, "/", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+    os.chdir(temp)
+    return f"own root; temp tmpfs {disk}MiB, {files} files"
+
+
+def _links(roots: list[str]) -> list[tuple[str, str]]:
+    """Symbolic links on the way to the read roots (`/lib` -> `usr/lib` on merged-/usr systems, which
+    the dynamic loader's cache names), recreated in the new root."""
+    out = []
+    for path in _root_candidates():
+        if os.path.islink(path) and os.path.realpath(path) in roots:
+            out.append((path, os.readlink(path)))
+    return out
 
 
 # --- layer 3: Landlock ----------------------------------------------------------------------------
@@ -116,15 +189,18 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+def _root_candidates() -> set[str]:
+    roots = {os.path.join(p, "lib") for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    roots |= {os.path.join(p, "lib64") for p in (sys.prefix, sys.base_prefix)}
+    return roots | {"/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/usr/share/zoneinfo",
+                    "/etc/ld.so.cache", "/etc/localtime", "/dev/urandom", "/dev/null"}
+
+
 def read_roots() -> list[str]:
     """Where the interpreter, its standard library and installed packages, and the system libraries
     live: readable in the sandbox. The project's own directory is not (an editable install of Keel
     puts it on sys.path; it is left out on purpose)."""
-    roots = {os.path.join(p, "lib") for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
-    roots |= {os.path.join(p, "lib64") for p in (sys.prefix, sys.base_prefix)}
-    roots |= {"/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/usr/share/zoneinfo",
-              "/etc/ld.so.cache", "/etc/localtime", "/dev/urandom", "/dev/null"}
-    return sorted(os.path.realpath(r) for r in roots if os.path.exists(r))
+    return sorted({os.path.realpath(r) for r in _root_candidates() if os.path.exists(r)})
 
 
 def _landlock(libc, temp: str) -> str:
@@ -280,20 +356,38 @@ def _score(value) -> tuple[float | None, str | None]:
     return None, f"grade() returned {shown[:200]}, not a finite number"
 
 
+def _die_with_parent(libc) -> None:
+    """SIGKILL when the process that started us ends, whatever kills it (argv[1]: its pid, to catch
+    a parent that was gone before this took effect)."""
+    import signal
+
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if len(sys.argv) > 1 and os.getppid() != int(sys.argv[1]):
+        os._exit(1)
+
+
+_outer_mnt_ns = 0
+
+
 def main() -> None:
+    global _outer_mnt_ns
+    libc = ctypes.CDLL(None, use_errno=True)
+    _die_with_parent(libc)
     request = json.loads(sys.stdin.buffer.read())
     temp = os.getcwd()
     proto = os.dup(1)
     mechanisms: dict[str, str] = {}
-    libc = ctypes.CDLL(None, use_errno=True)
     roots = read_roots()
+    _outer_mnt_ns = os.stat("/proc/self/ns/mnt").st_ino
     layers = (("rlimits", lambda: _limit(request["limits"])), ("namespaces", lambda: _unshare(libc)),
+              ("filesystem", lambda: _filesystem(libc, temp, roots, request["limits"])),
               ("landlock", lambda: _landlock(libc, temp)), ("seccomp", lambda: _seccomp(libc)))
     for name, apply in layers:
         try:
             mechanisms[name] = apply()
         except (OSError, AttributeError, ValueError) as e:  # unavailable here: reported, not hidden
             mechanisms[name] = f"unavailable: {e}"
+    _die_with_parent(libc)  # again: changing credentials (the user namespace) may have cleared it
     # Output of the grader's own prints goes to a file in the temporary directory (RLIMIT_FSIZE caps it),
     # never onto the protocol pipe.
     log = os.open(os.path.join(temp, "output.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
