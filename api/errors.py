@@ -63,8 +63,7 @@ def problem_response(request: Request, status: int, code: str, detail: str, *, p
     content = {**(extensions or {}), **body.model_dump(exclude_none=True)}  # extensions never replace a member
     from api import openai_errors  # (it imports this module)
 
-    if openai_errors.is_openai_path(request.url.path):
-        status, content = openai_errors.adapt(status, content)
+    status, content = openai_errors.with_error(request.url.path, status, content)
     return JSONResponse(content, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 

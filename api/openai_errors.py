@@ -15,6 +15,9 @@ from typing import Any
 from api.errors import ApiError
 
 OPENAI_PREFIXES = ("/v1/fine_tuning",)
+SHARED_PREFIXES = ("/v1/models", "/v1/files")
+"""Keel routes the official client calls too (`models.list`, `files.create`): their problems keep Keel's
+status (Keel's own clients read them) and gain the `error` member."""
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
           404: "invalid_request_error", 409: "invalid_request_error", 422: "invalid_request_error",
           429: "rate_limit_error"}
@@ -34,6 +37,20 @@ def bad_request(code: str, message: str, *, param: str | None = None,
 
 def is_openai_path(path: str) -> bool:
     return path.startswith(OPENAI_PREFIXES)
+
+
+def is_shared_path(path: str) -> bool:
+    return any(path == p or path.startswith(p + "/") for p in SHARED_PREFIXES)
+
+
+def with_error(path: str, status: int, content: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """(status, body) of a problem at `path`: adapted on OpenAI routes, `error` added on shared ones."""
+    if is_openai_path(path):
+        return adapt(status, content)
+    if is_shared_path(path) and "error" not in content:
+        return status, {**content, "error": error_object(status, content.get("code") or "error",
+                                                          content.get("detail") or "", content.get("param"))}
+    return status, content
 
 
 def adapt(status: int, content: dict[str, Any]) -> tuple[int, dict[str, Any]]:

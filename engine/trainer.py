@@ -464,7 +464,7 @@ def run_supervised(request: JobRequest, reporter: Reporter, task_cls: type, *, c
             last = group.call("train_step", step)[0]
             if _due(step, cfg.trainer.test_freq, total):
                 last.update(group.call("validate")[0])
-            reporter.metrics(step, last, total_steps=total, epoch=plan.epoch_of(step))
+            reporter.metrics(step, last, total_steps=total, epoch=plan.epoch_of(step) + 1)  # 1-based, as PPO's
             if _due(step, cfg.trainer.save_freq, total):
                 save(step)
                 saved = step

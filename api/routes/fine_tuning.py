@@ -59,6 +59,9 @@ BASE_LR = {"supervised": 1e-5, "dpo": 1e-6, "reinforcement": 1e-6}
 """`learning_rate_multiplier` multiplies these (Keel's default learning rates of the methods)."""
 DEFAULT_EPOCHS = {"supervised": 3, "dpo": 3, "reinforcement": 1}
 DEFAULT_BATCH = 8
+HOLDOUT_FRACTION = 0.1
+"""engine.trainer.HOLDOUT_FRACTION (the API cannot import the engine; a test keeps them equal): the share
+of the training rows a supervised or DPO job without a validation file holds out."""
 DEFAULT_BETA = 0.1
 _STATUS = {"queued": "queued", "running": "running", "succeeded": "succeeded", "failed": "failed",
            "cancelling": "running", "cancelled": "cancelled", "paused": "paused", "pausing": "running"}
@@ -134,6 +137,14 @@ def _lengths(db: Session, model: str, method: str) -> dict[str, Any]:
     return {"max_prompt_length": prompt, "max_response_length": response, "truncation": "left"}
 
 
+def trained_rows(rows: int, kind: str, validation: bool) -> int:
+    """Rows an epoch trains on: without a validation file, supervised and DPO jobs hold out
+    `HOLDOUT_FRACTION` of them (at least one, from two rows), as `engine.trainer.split_rows` does."""
+    if validation or kind == "reinforcement" or rows < 2:
+        return rows
+    return rows - max(1, int(rows * HOLDOUT_FRACTION))
+
+
 def _keel_method(db: Session, body: FineTuningJobCreate, source: File, training: File
                  ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(Keel method, OpenAI method with the resolved hyperparameters)."""
@@ -147,12 +158,13 @@ def _keel_method(db: Session, body: FineTuningJobCreate, source: File, training:
         if kind == "supervised" and body.hyperparameters is not None:
             spec.hyperparameters = body.hyperparameters
     hp = spec.hyperparameters
-    rows = max(1, training.rows or 1)
+    # Epoch ends as the engine counts them: the rows left after the hold-out, whole batches only.
+    rows = trained_rows(max(1, training.rows or 1), kind, body.validation_file is not None)
     epochs = _auto(hp.n_epochs, DEFAULT_EPOCHS[kind])
     batch = _auto(hp.batch_size, min(DEFAULT_BATCH, rows))
     multiplier = _auto(hp.learning_rate_multiplier, 1.0)
     lr = BASE_LR[kind] * multiplier
-    steps_per_epoch = max(1, math.ceil(rows / batch))
+    steps_per_epoch = max(1, rows // batch)
     resolved: dict[str, Any] = {"n_epochs": epochs, "batch_size": batch, "learning_rate_multiplier": multiplier}
     data = {"train_batch_size": batch, **_lengths(db, body.model, kind)}
     trainer = {"total_epochs": epochs, "save_freq": steps_per_epoch, "test_freq": steps_per_epoch}

@@ -104,9 +104,10 @@ class FSDPConfig(Strict):
 
     param_offload: bool = False
     """Keep the sharded parameters and gradients in host memory (FSDP2 `CPUOffloadPolicy`); the
-    optimizer step then runs on the CPU."""
+    optimizer step then runs on the CPU. Needs `strategy: fsdp2`."""
     optimizer_offload: bool = False
-    """Keep the optimizer state in host memory between steps (moved to the device for the step)."""
+    """Keep the optimizer state in host memory between steps (moved to the device for the step).
+    Needs `strategy: fsdp2`."""
 
 
 def _offload_needs_fsdp2(config: Any) -> None:
@@ -141,8 +142,9 @@ class ModelConfig(Strict):
     """Continue from an existing adapter directory (`adapter_model.safetensors`) under a model root."""
     strategy: Strategy = "ddp"
     """Data parallelism of SFT / reward-model / distillation workers: `ddp` (full replicas,
-    gradients all-reduced) or `fsdp2` (parameters, gradients and optimizer state sharded). PPO sets
-    it per role: `actor.strategy`, `critic.strategy`."""
+    gradients all-reduced) or `fsdp2` (parameters, gradients and optimizer state sharded; not with
+    LoRA: `lora_rank` 0, no `lora_adapter_path`). PPO sets it per role (`actor.strategy`,
+    `critic.strategy`) and needs `ddp` here."""
     fsdp_config: FSDPConfig = Field(default_factory=FSDPConfig)
 
     @model_validator(mode="after")
@@ -235,9 +237,13 @@ class DataConfig(Strict):
     """Rows (pairs, prompts, examples) per optimizer step (PPO: prompts per iteration)."""
     val_batch_size: Size | None = None
     max_prompt_length: Size = 1024
+    """Left out, with a model whose config.json names its context window: half the window, at most 1024."""
     max_response_length: Size = 2048
+    """Left out, with a known context window: the rest of the window, at most 2048. Prompt + response
+    (or `max_length`) must fit the window."""
     max_length: Size | None = None
-    """SFT / reward model: cap on prompt+response tokens (defaults to the sum of the two above)."""
+    """SFT / reward model: cap on prompt+response tokens (defaults to the sum of the two above; reward
+    model, distillation and DPO with a known context window: the window, at most 3072)."""
     truncation: Truncation = "error"
     """Too-long rows: `error` fails the job at the first; else the prompt is cut (`left` keeps its
     end, `right` its start, `middle` both ends) and a response always loses its end."""
@@ -261,6 +267,7 @@ class _Supervised(Strict):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     micro_batch_size_per_gpu: Size = 2
+    """Rows per forward pass; at most `data.train_batch_size`."""
     use_dynamic_bsz: bool = True
     max_token_len_per_gpu: Size = 3072
     guardrails: StepGuardrailConfig = Field(default_factory=StepGuardrailConfig)
@@ -322,8 +329,9 @@ class ActorConfig(Strict):
     """PPO actor update (VERL: `actor_rollout_ref.actor`)."""
 
     ppo_mini_batch_size: Size = 64
-    """Prompts per optimizer step (times `rollout.n` samples)."""
+    """Prompts per optimizer step (times `rollout.n` samples); at most `data.train_batch_size`."""
     ppo_micro_batch_size_per_gpu: Size = 2
+    """Samples per forward pass; at most `ppo_mini_batch_size * rollout.n`."""
     ppo_epochs: Epochs = 4
     clip_ratio: Ratio = 0.2
     clip_ratio_low: Ratio | None = None
@@ -355,7 +363,7 @@ class CriticConfig(Strict):
     """PPO value model (VERL: `critic`)."""
 
     ppo_mini_batch_size: Size | None = None
-    """Defaults to the actor's."""
+    """Defaults to the actor's; at most `data.train_batch_size`."""
     ppo_micro_batch_size_per_gpu: Size = 2
     ppo_epochs: Epochs | None = None
     """Defaults to the actor's."""
@@ -379,7 +387,8 @@ class RolloutConfig(Strict):
 
     name: Literal["hf", "vllm"] = "hf"
     n: Annotated[int, Field(gt=0, le=1024)] = 5
-    """Samples per prompt."""
+    """Samples per prompt; at least 2 with a group estimator (`grpo`, `rloo`,
+    `reinforce_plus_plus_baseline`)."""
     temperature: Annotated[float, Field(ge=0.0, le=100.0)] = 1.0
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
     top_k: Annotated[int, Field(ge=-1, le=MAX_SIZE)] = -1
@@ -410,6 +419,7 @@ class FilterGroupsConfig(Strict):
     scored the same (they carry no group-relative signal) and keep generating to fill the batch."""
 
     enable: bool = False
+    """Needs a group estimator: `grpo`, `rloo` or `reinforce_plus_plus_baseline`."""
     metric: Literal["score"] = "score"
     """What must differ within a group: the sequence score (after reward shaping)."""
     max_num_gen_batches: Annotated[int, Field(ge=0, le=1000)] = 10
@@ -450,7 +460,7 @@ class GuardrailConfig(Strict):
     """The recipe's monitoring points, enforced."""
 
     warn_kl: Annotated[float, Field(gt=0.0, le=1e6)] = 0.2
-    """KL per step above this emits `job.warning`."""
+    """KL per step above this emits `job.warning`; at most `rollback_kl`."""
     rollback_kl: Annotated[float, Field(gt=0.0, le=1e6)] = 0.3
     """KL per step above this (or a non-finite loss/gradient) restores the last good checkpoint."""
     max_rollbacks: Annotated[int, Field(ge=0, le=1000)] = 3
@@ -477,7 +487,8 @@ class OverlongBufferConfig(Strict):
 
     enable: bool = False
     len: Annotated[int, Field(gt=0, le=MAX_SIZE)] = 64
-    """Tokens before `data.max_response_length` where the penalty starts."""
+    """Tokens before `data.max_response_length` where the penalty starts; with `enable`, below
+    `data.max_response_length`."""
     penalty_factor: Annotated[float, Field(ge=0.0, le=1e6)] = 1.0
 
 
@@ -603,6 +614,7 @@ class Resources(Strict):
     """Where a job runs: data-parallel workers and what each gets."""
 
     num_workers: Annotated[int, Field(gt=0, le=1024)] = 1
+    """Data-parallel workers; 1 with `executor: local`."""
     cpus_per_worker: CpusPerWorker = "auto"
     """CPUs reserved for each worker; its torch threads follow them. `auto` is resolved when the job is
     created and the job holds the number: for a CPU-only job the most whole CPUs per worker, up to the

@@ -181,3 +181,23 @@ def test_reinforcement_with_a_multi_grader_raises_its_reward(oai, tmp_path, demo
     rewards = [e.data["train_mean_reward"] for e in reversed(events) if e.type == "metrics"]
     assert len(rewards) == 16
     assert sum(rewards[-4:]) / 4 > sum(rewards[:4]) / 4 + 0.03, rewards
+
+
+def test_epoch_end_checkpoints_after_the_hold_out(oai, tmp_path, demo_assets, celery_worker):
+    """Without a validation file 10% of the rows are held out: 40 rows train on 36, 4 steps of 8 an
+    epoch, so the checkpoints land at steps 4 and 8 (not 5, from all 40 rows) and the job's progress
+    ends at epoch 2 of 2."""
+    from api.routes.fine_tuning import HOLDOUT_FRACTION
+    from engine.trainer import HOLDOUT_FRACTION as ENGINE_HOLDOUT
+
+    assert HOLDOUT_FRACTION == ENGINE_HOLDOUT
+    chat = [{"messages": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["response"]}]}
+            for r in _rows(demo_assets["sft_train"], 40)]
+    train = oai.files.create(file=jsonl(tmp_path, "train40.jsonl", chat).open("rb"), purpose="fine-tune")
+    job = oai.fine_tuning.jobs.create(model=demo_assets["model"], training_file=train.id, method={
+        "type": "supervised", "supervised": {"hyperparameters": {"n_epochs": 2, "batch_size": 8}}})
+    done = _wait(oai, job.id)
+    assert done.status == "succeeded", done.error
+    assert [c.step_number for c in oai.fine_tuning.jobs.checkpoints.list(job.id).data] == [8, 4]
+    progress = oai.get(f"/jobs/{job.id}", cast_to=object)["progress"]
+    assert (progress["step"], progress["total_steps"], progress["epoch"]) == (8, 8, 2)

@@ -108,3 +108,16 @@ def test_models_list_has_openai_fields(oai):
     assert page.object == "list" if hasattr(page, "object") else True
     for m in page.data:
         assert m.object == "model" and isinstance(m.created, int) and m.owned_by
+
+
+def test_a_bad_key_on_models_and_files_carries_the_openai_error(oai):
+    """The client's `models` and `files` calls land on Keel's own routes: their problems keep Keel's
+    status and carry OpenAI's `error` member too (the client reads `type` and `code` from it)."""
+    bad = openai.OpenAI(base_url=oai.base_url, api_key="keel_wrong", max_retries=0)
+    for call in (bad.models.list, bad.files.list, lambda: bad.models.retrieve("model-x")):
+        with pytest.raises(openai.AuthenticationError) as info:
+            call()
+        assert info.value.type == "authentication_error" and info.value.code, info.value.body
+    with pytest.raises(openai.NotFoundError) as info:
+        oai.models.retrieve("model-nothing")
+    assert (info.value.type, info.value.code, info.value.param) == ("invalid_request_error", "not_found", "model_id")

@@ -37,8 +37,10 @@ class ActorConfig:
         ppo_epochs (int | Unset):  Default: 4.
         ppo_max_token_len_per_gpu (int | Unset): Token budget per micro-batch (about 3x the sequence length). Default:
             3072.
-        ppo_micro_batch_size_per_gpu (int | Unset):  Default: 2.
-        ppo_mini_batch_size (int | Unset): Prompts per optimizer step (times `rollout.n` samples). Default: 64.
+        ppo_micro_batch_size_per_gpu (int | Unset): Samples per forward pass; at most `ppo_mini_batch_size * rollout.n`.
+            Default: 2.
+        ppo_mini_batch_size (int | Unset): Prompts per optimizer step (times `rollout.n` samples); at most
+            `data.train_batch_size`. Default: 64.
         strategy (ActorConfigStrategy | Unset): `ddp` or `fsdp2` for the actor's data-parallel workers (see
             `ModelConfig.strategy`). Default: ActorConfigStrategy.DDP.
         use_dynamic_bsz (bool | Unset):  Default: True.

@@ -29,7 +29,7 @@ class CriticConfig:
         ppo_epochs (int | None | Unset): Defaults to the actor's.
         ppo_max_token_len_per_gpu (int | Unset):  Default: 3072.
         ppo_micro_batch_size_per_gpu (int | Unset):  Default: 2.
-        ppo_mini_batch_size (int | None | Unset): Defaults to the actor's.
+        ppo_mini_batch_size (int | None | Unset): Defaults to the actor's; at most `data.train_batch_size`.
         strategy (CriticConfigStrategy | Unset): `ddp` or `fsdp2` for the critic's data-parallel workers (see
             `ModelConfig.strategy`). Default: CriticConfigStrategy.DDP.
         use_dynamic_bsz (bool | Unset):  Default: True.

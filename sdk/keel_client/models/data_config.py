@@ -19,9 +19,13 @@ class DataConfig:
         filter_overlong_prompts (bool | Unset): Drop rows whose prompt is longer than `max_prompt_length` (before any
             truncation). Default: False.
         max_length (int | None | Unset): SFT / reward model: cap on prompt+response tokens (defaults to the sum of the
-            two above).
-        max_prompt_length (int | Unset):  Default: 1024.
-        max_response_length (int | Unset):  Default: 2048.
+            two above; reward
+            model, distillation and DPO with a known context window: the window, at most 3072).
+        max_prompt_length (int | Unset): Left out, with a model whose config.json names its context window: half the
+            window, at most 1024. Default: 1024.
+        max_response_length (int | Unset): Left out, with a known context window: the rest of the window, at most 2048.
+            Prompt + response
+            (or `max_length`) must fit the window. Default: 2048.
         shuffle (bool | Unset):  Default: True.
         train_batch_size (int | Unset): Rows (pairs, prompts, examples) per optimizer step (PPO: prompts per iteration).
             Default: 64.

@@ -39,7 +39,7 @@ class DPOConfig:
                 2023), ((log-ratio chosen - log-ratio rejected) - 1/(2 beta))^2 on per-token mean log-probs. Default:
                 DPOConfigLossType.SIGMOID.
             max_token_len_per_gpu (int | Unset):  Default: 3072.
-            micro_batch_size_per_gpu (int | Unset):  Default: 2.
+            micro_batch_size_per_gpu (int | Unset): Rows per forward pass; at most `data.train_batch_size`. Default: 2.
             model (ModelConfig | Unset): How the trained model is loaded (VERL: `actor_rollout_ref.model`).
             optim (DPOOptimConfig | Unset): `OptimConfig` for DPO (a policy learning rate, as TRL's default).
             trainer (TrainerConfig | Unset): Loop length and cadence (VERL: `trainer`).

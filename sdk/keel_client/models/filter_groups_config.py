@@ -16,7 +16,8 @@ class FilterGroupsConfig:
     scored the same (they carry no group-relative signal) and keep generating to fill the batch.
 
         Attributes:
-            enable (bool | Unset):  Default: False.
+            enable (bool | Unset): Needs a group estimator: `grpo`, `rloo` or `reinforce_plus_plus_baseline`. Default:
+                False.
             max_num_gen_batches (int | Unset): At most this many prompt batches generated per step (0 = no limit); short of
                 a full batch,
                 the step trains on the groups it has and warns. Default: 10.

@@ -16,10 +16,11 @@ class FSDPConfig:
 
     Attributes:
         optimizer_offload (bool | Unset): Keep the optimizer state in host memory between steps (moved to the device for
-            the step). Default: False.
+            the step).
+            Needs `strategy: fsdp2`. Default: False.
         param_offload (bool | Unset): Keep the sharded parameters and gradients in host memory (FSDP2
             `CPUOffloadPolicy`); the
-            optimizer step then runs on the CPU. Default: False.
+            optimizer step then runs on the CPU. Needs `strategy: fsdp2`. Default: False.
     """
 
     optimizer_offload: bool | Unset = False

@@ -27,7 +27,7 @@ class GuardrailConfig:
             checkpoint. Default: 0.3.
         rollback_lr_factor (float | Unset): Mitigation: multiply the actor LR by this after a rollback. Default: 0.5.
         step_timeout_s (float | Unset): A step longer than this fails the job with `step_timeout`. Default: 3600.0.
-        warn_kl (float | Unset): KL per step above this emits `job.warning`. Default: 0.2.
+        warn_kl (float | Unset): KL per step above this emits `job.warning`; at most `rollback_kl`. Default: 0.2.
     """
 
     max_rollbacks: int | Unset = 3

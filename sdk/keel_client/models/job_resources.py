@@ -25,7 +25,7 @@ class JobResources:
             the job runs in the worker's own process on its one device, without Ray (one worker only). Default:
             JobResourcesExecutor.RAY.
         gpus_per_worker (float | Unset):  Default: 0.0.
-        num_workers (int | Unset):  Default: 1.
+        num_workers (int | Unset): Data-parallel workers; 1 with `executor: local`. Default: 1.
         placement (JobResourcesPlacement | Unset): How the workers' bundles go onto nodes: `pack` (as few nodes as fit),
             `spread` (as many as
             possible), `strict_spread` (one node per bundle, or wait). Ray's PACK / SPREAD / STRICT_SPREAD. Default:

@@ -36,8 +36,9 @@ class ModelConfig:
             32, <10B: 64, else 128). Default: 0.
         strategy (ModelConfigStrategy | Unset): Data parallelism of SFT / reward-model / distillation workers: `ddp`
             (full replicas,
-            gradients all-reduced) or `fsdp2` (parameters, gradients and optimizer state sharded). PPO sets
-            it per role: `actor.strategy`, `critic.strategy`. Default: ModelConfigStrategy.DDP.
+            gradients all-reduced) or `fsdp2` (parameters, gradients and optimizer state sharded; not with
+            LoRA: `lora_rank` 0, no `lora_adapter_path`). PPO sets it per role (`actor.strategy`,
+            `critic.strategy`) and needs `ddp` here. Default: ModelConfigStrategy.DDP.
         target_modules (list[str] | str | Unset): Modules that get adapters; `all-linear` as in the recipe. Default:
             'all-linear'.
         use_remove_padding (bool | Unset): Pack each micro-batch into one row without padding (positions restart per

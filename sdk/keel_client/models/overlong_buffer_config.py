@@ -18,7 +18,8 @@ class OverlongBufferConfig:
 
         Attributes:
             enable (bool | Unset):  Default: False.
-            len_ (int | Unset): Tokens before `data.max_response_length` where the penalty starts. Default: 64.
+            len_ (int | Unset): Tokens before `data.max_response_length` where the penalty starts; with `enable`, below
+                `data.max_response_length`. Default: 64.
             penalty_factor (float | Unset):  Default: 1.0.
     """
 

@@ -29,7 +29,7 @@ class RewardModelConfig:
         guardrails (StepGuardrailConfig | Unset): The step watchdog of SFT, reward-model training and distillation (PPO:
             `GuardrailConfig`).
         max_token_len_per_gpu (int | Unset):  Default: 3072.
-        micro_batch_size_per_gpu (int | Unset):  Default: 2.
+        micro_batch_size_per_gpu (int | Unset): Rows per forward pass; at most `data.train_batch_size`. Default: 2.
         model (ModelConfig | Unset): How the trained model is loaded (VERL: `actor_rollout_ref.model`).
         optim (OptimConfig | Unset): AdamW with warm-up and a schedule (VERL: `optim`).
         trainer (TrainerConfig | Unset): Loop length and cadence (VERL: `trainer`).

@@ -32,7 +32,7 @@ class RMDistillConfig:
         loss (RMDistillConfigLoss | Unset): `kl`: KL(Bern(sigmoid(t_c - t_r)) || Bern(sigmoid(s_c - s_r))); `mse`: on
             standardised score gaps. Default: RMDistillConfigLoss.KL.
         max_token_len_per_gpu (int | Unset):  Default: 3072.
-        micro_batch_size_per_gpu (int | Unset):  Default: 2.
+        micro_batch_size_per_gpu (int | Unset): Rows per forward pass; at most `data.train_batch_size`. Default: 2.
         model (DistillModelConfig | Unset): `ModelConfig` for reward-model distillation: LoRA by default, rank picked by
             size.
         optim (DistillOptimConfig | Unset): `OptimConfig` for reward-model distillation (LoRA tolerates a larger

@@ -24,7 +24,8 @@ class RolloutConfig:
             so training gets the GPU memory back; woken before the next weight sync or generation. Default: True.
         gpu_memory_utilization (float | Unset): vllm: share of the GPU's memory the engine may take for weights and KV
             cache. Default: 0.5.
-        n (int | Unset): Samples per prompt. Default: 5.
+        n (int | Unset): Samples per prompt; at least 2 with a group estimator (`grpo`, `rloo`,
+            `reinforce_plus_plus_baseline`). Default: 5.
         name (RolloutConfigName | Unset):  Default: RolloutConfigName.HF.
         temperature (float | Unset):  Default: 1.0.
         top_k (int | Unset): -1 disables top-k. Default: -1.
