@@ -5,6 +5,7 @@ names the event) and without it, against the kernel layers alone (namespaces, La
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -195,3 +196,113 @@ def test_python_source_is_checked_at_validation(source, message):
         graders.validate(python_grader(source), allow_python=True)
     assert err.value.param == "grader.source"
     graders.validate({**python_grader("grade = max\n"), "image_tag": "2025-05-08"}, allow_python=True)
+
+
+def own_root(layers: dict[str, str]) -> None:
+    if layers["filesystem"].startswith("unavailable"):
+        pytest.skip(f"no mount namespace here: {layers['filesystem']}")
+
+
+def test_all_files_together_are_capped(layers):
+    """15 files of 10 MiB (each under RLIMIT_FSIZE) into a 16 MiB quota: the writes stop at the quota."""
+    own_root(layers)
+    source = ("def grade(sample, item):\n"
+              "    written = 0\n"
+              "    try:\n"
+              "        for i in range(15):\n"
+              "            with open(f'f{i}', 'wb', buffering=0) as f:\n"
+              "                for _ in range(10):\n"
+              "                    f.write(b'x' * (1024 * 1024))\n"
+              "                    written += 1\n"
+              "    except OSError as e:\n"
+              "        raise RuntimeError(f'{e.strerror} after {written} MiB') from None\n"
+              "    return written\n")
+    for audit_hook in (True, False):
+        out = run_python(source, [{}], [{}], Limits(disk_mb=16, file_mb=10), audit_hook=audit_hook)[0]
+        written = int(re.search(r"No space left on device after (\d+) MiB", out.error or "")[1])
+        assert 8 <= written <= 16, out
+    assert run_python(source, [{}], [{}], Limits(disk_mb=200, file_mb=10))[0].score == 150  # the knob
+
+
+def test_files_are_capped_in_number(layers):
+    own_root(layers)
+    source = ("def grade(sample, item):\n"
+              "    n = 0\n"
+              "    try:\n"
+              "        while n < 5000:\n"
+              "            open(f'e{n}', 'w').close()\n"
+              "            n += 1\n"
+              "    except OSError as e:\n"
+              "        raise RuntimeError(f'{e.strerror} after {n}') from None\n")
+    out = run_python(source, [{}], [{}], Limits(files=50), audit_hook=False)[0]
+    made = int(re.search(r"No space left on device after (\d+)", out.error)[1])
+    assert 40 <= made <= 50, out
+
+
+def test_only_the_read_roots_and_the_directory_exist_for_the_grader(layers):
+    """Kernel layers alone (no audit hook): stat of what is outside the read roots fails (no /proc, no
+    project, no home: they do not exist in the sandbox's root), and so does reading /proc/1/environ."""
+    own_root(layers)
+    source = ("import os\n"
+              "def grade(sample, item):\n"
+              "    seen = []\n"
+              "    for p in item['paths']:\n"
+              "        try:\n"
+              "            os.stat(p)\n"
+              "            seen.append(p)\n"
+              "        except OSError:\n"
+              "            pass\n"
+              "    try:\n"
+              "        seen.append(open('/proc/1/environ').read()[:20])\n"
+              "    except OSError:\n"
+              "        pass\n"
+              "    raise RuntimeError(repr(seen))\n")
+    # (The directories on the way to a read root, e.g. /etc for /etc/ld.so.cache, exist, holding only that.)
+    paths = ["/proc", "/proc/1", "/proc/self/environ", "/sys", "/home", "/etc/passwd", "/etc/hostname", "/var",
+             "/run", os.path.abspath(__file__), os.path.dirname(os.path.abspath(__file__)), sandbox.CHILD]
+    out = run_python(source, [{}], [{"paths": paths}], Limits(), audit_hook=False)[0]
+    assert ast.literal_eval(out.error.removeprefix("RuntimeError: ").rsplit(" (line", 1)[0]) == [], out.error
+
+
+def test_stale_sandbox_directories_are_swept(monkeypatch):
+    import tempfile
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid no process has any more
+    stale = tempfile.mkdtemp(prefix=f"keel-grader-{gone.pid}-")
+    os.makedirs(os.path.join(stale, "locked", "deeper"))
+    os.chmod(os.path.join(stale, "locked"), 0)
+    mine = tempfile.mkdtemp(prefix=f"keel-grader-{os.getpid()}-")  # a live process's: kept
+    try:
+        monkeypatch.setattr(sandbox, "_swept", False)
+        assert run_python("def grade(sample, item):\n    return 1\n", [{}], [{}])[0].score == 1.0
+        assert not os.path.exists(stale) and os.path.exists(mine)
+    finally:
+        os.rmdir(mine)
+
+
+def test_the_sandbox_dies_with_the_process_that_started_it():
+    """SIGKILL to the starting process (no cleanup runs): the sandbox gets SIGKILL too."""
+    import sys
+    import time
+
+    script = ("from engine.grading.sandbox import run_python, Limits\n"
+              "run_python('import time\\ndef grade(s, i):\\n    time.sleep(3600)\\n', [{}], [{}], Limits(wall_s=3600))\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd=os.path.dirname(os.path.dirname(
+        os.path.dirname(os.path.abspath(__file__)))))
+    try:
+        deadline = time.monotonic() + 60
+        child = None
+        while child is None and time.monotonic() < deadline:
+            with open(f"/proc/{parent.pid}/task/{parent.pid}/children") as f:
+                child = next((int(p) for p in f.read().split()), None)
+            time.sleep(0.05)
+        assert child is not None
+        parent.kill()
+        parent.wait()
+        while time.monotonic() < deadline and os.path.exists(f"/proc/{child}"):
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{child}"), "the sandbox outlived its parent"
+    finally:
+        parent.kill()
+        parent.wait()
