@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 PUBLISH_S = 5.0
 """How often a worker process publishes the cluster's capacity."""
+FOLLOW_S = 3.0
+"""After a job ended, how long the publisher watches for Ray to free its share (`publish_soon`)."""
 LOCAL_PREFIX = "local:"
 
 
@@ -62,16 +64,33 @@ class Publisher(threading.Thread):
     def __init__(self, interval_s: float = PUBLISH_S) -> None:
         super().__init__(daemon=True, name="keel-capacity")
         self.interval_s = interval_s
+        self.soon = threading.Event()
+        """Set when a job ended: publish now, not at the next interval (see `publish_soon`)."""
 
     def run(self) -> None:
         while True:
+            self.soon.clear()
+            nodes = None
             try:
-                publish_once()
+                nodes = publish_once()
             except DBAPIError as exc:  # the database is away: the rows go stale, the API stops using them
                 log.warning("could not publish the cluster's capacity: %s", exc.__class__.__name__)
             except Exception:
                 log.exception("could not read the cluster's capacity")
-            time.sleep(self.interval_s)
+            if self.soon.wait(self.interval_s) and nodes is not None:
+                _until_changed(nodes)
+
+
+def _free(nodes: list[Node]) -> list[tuple[str, float, float]]:
+    return sorted((n.node_id, n.cpus_available, n.gpus_available) for n in nodes)
+
+
+def _until_changed(published: list[Node], limit_s: float = FOLLOW_S) -> None:
+    """Ray frees an ended job's share a moment after the job returns: wait (at most `limit_s`) until
+    the free capacity differs from what was published, so the next publish carries the freed share."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and _free(snapshot()) == _free(published):
+        time.sleep(0.05)
 
 
 _publisher: Publisher | None = None
@@ -85,6 +104,13 @@ def start_publisher() -> None:
         if _publisher is None:
             _publisher = Publisher()
             _publisher.start()
+
+
+def publish_soon() -> None:
+    """A job of this process ended: publish its freed share at once. Else the sweepers saw the cluster
+    full for up to `PUBLISH_S` more, and the next job (a pipeline's next step) waited that long."""
+    if _publisher is not None:
+        _publisher.soon.set()
 
 
 def claim_check(job_id: str, spec: dict[str, Any]) -> Admission:

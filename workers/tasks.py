@@ -41,7 +41,7 @@ from engine.cluster import connect
 from engine.config import JobResult
 from engine.errors import Cancelled, EngineError, Paused
 from workers import metrics as worker_metrics
-from workers.capacity import claim_check, start_publisher
+from workers.capacity import claim_check, publish_soon, start_publisher
 from workers.celery_app import celery_app
 from workers.dispatch import RELEASED, RUN_JOB_TASK, request_cancel
 from workers.failures import log_details, public_error
@@ -69,7 +69,10 @@ class Claim:
 def run_job(job_id: str) -> str:
     """Run one queued job to a terminal state; returns what happened (for the worker's log)."""
     with logcontext.context(job_id=job_id):  # every log line of the run carries the job id
-        return _run_job(job_id)
+        try:
+            return _run_job(job_id)
+        finally:
+            publish_soon()  # its share is free: the next job need not wait for the periodic publish
 
 
 def _run_job(job_id: str) -> str:
