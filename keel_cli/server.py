@@ -95,7 +95,7 @@ def up(concurrency: int = typer.Option(1, help="Jobs run at once by the embedded
     _require_one_cluster(concurrency)
     worker_proc = subprocess.Popen(_worker_argv(concurrency, "INFO"), start_new_session=True)
     url = f"http://{s.HOST}:{s.PORT}"
-    typer.echo(f"\nKeel is starting on {url}\n  docs:    {url}/docs\n  project: default")
+    typer.echo(f"\nKeel is starting on {url}\n  console: {url}/\n  docs:    {url}/docs\n  project: default")
     if key:
         typer.echo(f"  API key: {key}   (shown once; also saved to {s.home / 'api_key'})")
     else:
@@ -106,8 +106,13 @@ def up(concurrency: int = typer.Option(1, help="Jobs run at once by the embedded
     signal.signal(signal.SIGTERM, _raise_system_exit)
     try:
         api(host=None, port=None)
+    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it shut down on: not an error here
+        pass
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave the worker running
+        typer.echo("stopping Keel (the worker finishes its shutdown) ...")
         _stop(worker_proc)
+    typer.echo("Keel stopped.")
 
 
 def _raise_system_exit(signum, _frame) -> None:
@@ -115,18 +120,19 @@ def _raise_system_exit(signum, _frame) -> None:
 
 
 def _stop(proc: subprocess.Popen, grace: float = 15.0) -> None:
-    """TERM the worker's process group (Celery warm shutdown, Ray with it), KILL after a grace period."""
-    if proc.poll() is not None:
-        return
+    """TERM the worker's main process (Celery's warm shutdown stops its pool, whose Ray shuts down with
+    it), then KILL whatever is left of its process group after a grace period. Not TERM to the whole
+    group: Ray's signal handler in the pool process printed a stack dump for it."""
     try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            proc.terminate()
+            deadline = time.monotonic() + grace
+            while proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGKILL)  # stragglers (Ray's processes) of the worker's session
     except ProcessLookupError:
         pass
+    proc.wait()
 
 
 def _ensure_default_project(home: Path) -> str | None:
