@@ -139,7 +139,7 @@ class DPOTask:
         path = reference_logps_path(self.request)
         key = reference_key(self.request)
         if store.exists(path) and read_reference_logps(store.stage(path))[0] == key:
-            return f"reusing the reference log-probs in {path}"
+            return "reusing the reference log-probs of an earlier attempt"
         # The model at `model`, frozen, without this job's LoRA: the policy before any update.
         ref_cfg = ModelConfig(dtype=self.cfg.model.dtype, use_remove_padding=self.cfg.model.use_remove_padding)
         reference = models.load_policy(self.request.model_path, ref_cfg, trainable=False).to(self.device)
@@ -156,7 +156,7 @@ class DPOTask:
         del reference
         with store.writing_file(path) as local:  # readers see the old file or the whole new one
             pair_scores.write(local, columns, key)
-        return f"computed the reference log-probs of {len(columns['row'])} pairs into {path}"
+        return f"computed the reference log-probs of {len(columns['row'])} pairs"
 
     @torch.no_grad()
     def _reference_all(self, model: nn.Module, pairs: Sequence[data_lib.PairExample]) -> tuple[list, list]:

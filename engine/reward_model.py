@@ -227,7 +227,7 @@ class DistillTask(_PairTask):
         path = teacher_scores_path(self.request)
         fingerprint = _teacher_fingerprint(self.request)
         if store.exists(path) and pair_scores.read(store.stage(path))[0] == fingerprint:
-            return f"reusing the teacher scores in {path}"
+            return "reusing the teacher scores of an earlier attempt"
         teacher_cfg = ModelConfig(dtype=self.cfg.model.dtype, use_remove_padding=self.cfg.model.use_remove_padding)
         teacher = models.load_reward_model(self.request.teacher_path, teacher_cfg, trainable=False).to(self.device)
         # A teacher directory without tokenizer files must share the student's tokenizer.
@@ -247,7 +247,7 @@ class DistillTask(_PairTask):
         del teacher
         with store.writing_file(path) as local:  # readers see the old file or the whole new one
             pair_scores.write(local, columns, fingerprint)
-        return f"scored {len(columns['row'])} pairs with the teacher into {path}"
+        return f"scored {len(columns['row'])} pairs with the teacher"
 
     @torch.no_grad()
     def _score_all(self, model: nn.Module, pairs: Sequence[data_lib.PairExample]) -> tuple[list, list]:

@@ -473,7 +473,7 @@ def run_supervised(request: JobRequest, reporter: Reporter, task_cls: type, *, c
         if final_check is not None:
             final_check(last)
         model_format = group.call("save_output", request.output_dir)[0]
-        reporter.log(f"saved the {model_kind} ({model_format}) to {request.output_dir}")
+        reporter.log(f"saved the {model_kind} ({model_format}) as the job's output model")
         return JobResult(output_dir=request.output_dir, model_format=model_format, model_kind=model_kind,
                          metrics=dict(last))
     finally:

@@ -89,6 +89,36 @@ def json_safe(value: Any) -> Any:
     return json_safe(str(value))
 
 
+def internal_roots() -> tuple[str, ...]:
+    """The deployment's locations a tenant must never read in an event: KEEL_HOME, the artifact store
+    (a directory or a remote URL), the model roots; longest first (the store usually sits in the home)."""
+    from core.config import settings
+
+    store = settings.storage_url.removeprefix("file://")
+    local = [str(settings.home), *settings.model_roots] + ([store] if "://" not in store else [])
+    found = {os.path.abspath(r).rstrip("/") for r in local if r}
+    found |= {os.path.realpath(r).rstrip("/") for r in found}
+    if "://" in store:  # a remote store's bucket and prefix are the deployment's too
+        found.add(store.rstrip("/"))
+    return tuple(sorted((r for r in found if r not in ("", "/")), key=len, reverse=True))
+
+
+def scrub(value: Any, roots: Sequence[str]) -> Any:
+    """`value` with every path under `roots` made relative to its root (`jobs/<id>/output`: the
+    artifact's key, named by the job's id); a root alone becomes `.`. The net under every event a
+    tenant reads: engine messages name artifacts by id already."""
+    if isinstance(value, str):
+        for root in roots:
+            if root in value:
+                value = value.replace(root + "/", "").replace(root, ".")
+        return value
+    if isinstance(value, Mapping):
+        return {k: scrub(v, roots) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrub(v, roots) for v in value]
+    return value
+
+
 def status_event(status: str) -> tuple[str, dict[str, Any]]:
     return "job.status", {"status": status}
 
@@ -113,7 +143,8 @@ def transition(job_id: str, to_status: str, *, expect: Sequence[str], where: Ite
                 return False
             if then is not None:
                 then(db)
-            written = [append_event(db, job_id, kind, json_safe(data), commit=False)
+            roots = internal_roots()
+            written = [append_event(db, job_id, kind, scrub(json_safe(data), roots), commit=False)
                        for kind, data in [*before, status_event(to_status), *after]]
             db.commit()
         for event in written:
@@ -133,8 +164,12 @@ class DBReporter:
 
     def __init__(self, job_id: str, database_url: str, *, redis_url: str | None = None,
                  attempt: int | None = None, stop_cache_s: float = STOP_CACHE_S,
-                 storage_options: Mapping[str, Any] | None = None, heartbeat_s: float = HEARTBEAT_S) -> None:
+                 storage_options: Mapping[str, Any] | None = None, heartbeat_s: float = HEARTBEAT_S,
+                 hidden_roots: Sequence[str] | None = None) -> None:
         self.job_id = job_id
+        self.hidden_roots = tuple(internal_roots() if hidden_roots is None else hidden_roots)
+        """Directories no event names (`scrub`); taken where the reporter is made, whose settings are the
+        deployment's (a Ray process that unpickles it may not have them)."""
         self.heartbeat_s = heartbeat_s
         """`heartbeat` writes at most this often."""
         self.database_url = database_url
@@ -155,7 +190,8 @@ class DBReporter:
         self._redis = None
         self._beat_at = -math.inf
 
-    _STATE = ("job_id", "database_url", "redis_url", "attempt", "stop_cache_s", "storage_options", "heartbeat_s")
+    _STATE = ("job_id", "database_url", "redis_url", "attempt", "stop_cache_s", "storage_options", "heartbeat_s",
+              "hidden_roots")
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self._STATE}
@@ -299,6 +335,7 @@ class DBReporter:
                 apply: Callable[[Session, Any], bool] | None = None) -> None:
         """Append one event (and `apply`'s row changes) in one fenced transaction."""
         attempted: list[int] = []
+        data = scrub(data, self.hidden_roots)
 
         def txn() -> None:
             with self._session() as db:

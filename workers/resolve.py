@@ -143,6 +143,11 @@ def resolve_model(db: Session, project_id: str, ref: str, roots: tuple[str, ...]
         if not path.is_dir():
             raise ModelNotAllowed(f"{param}: no model directory at {ref!r}", param=param)
         return str(path)
+    store = [os.path.dirname(r) for r in roots if os.path.basename(r) == "jobs"]
+    if any(os.path.lexists(os.path.join(root, ref)) for root in (*roots, *store)):
+        # The engine would load that directory (another project's `job-.../output`), not a hub model.
+        raise ModelNotAllowed(f"{param}: {ref!r} names a local directory, not a hub id; name Keel's models "
+                              "by id", param=param)
     return ref
 
 

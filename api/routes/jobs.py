@@ -127,9 +127,24 @@ def _model_ref(db: Session, project_id: str, ref: str, param: str, *, reward: bo
     if ref.startswith("/"):
         return _model_dir(ref, param)
     if _HUB_ID.fullmatch(ref) and ".." not in ref:
+        if _shadows_local_path(ref):
+            raise ApiError(422, "invalid_model", f"{param}: {ref!r} names a local directory, not a hub id; name "
+                           "Keel's models by id (model-..., ckpt-...) or give an absolute directory under a model "
+                           "root.", param=param)
         return ref
     raise ApiError(422, "invalid_model", f"{param}: expected a Keel model id (model-...), a checkpoint id "
                    "(ckpt-...), a hub id (org/name) or an absolute directory under a model root.", param=param)
+
+
+def _shadows_local_path(ref: str) -> bool:
+    """Whether a hub-id-shaped `ref` exists relative to a model root or the artifact store: the engine
+    would load that directory (`job-<other project's job>/output`) instead of the hub's model."""
+    roots = list(settings.model_roots)
+    storage = get_storage()
+    if storage.is_local:
+        store = str(storage.local_path("jobs"))
+        roots += [store, os.path.dirname(store)]
+    return any(os.path.lexists(os.path.join(root, ref)) for root in roots)
 
 
 _REWARD_METHODS = ("reward_model", "rm_distill")

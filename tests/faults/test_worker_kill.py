@@ -173,7 +173,7 @@ def test_worker_killed_after_a_checkpoint_is_detected_its_controller_stops_and_t
     job = stack.wait_terminal(job_id, 240)
     assert (job.status, job.attempts, job.error) == ("succeeded", 2, None)
     events = stack.events(job_id)
-    assert resumed_from(events) == str(checkpoint_dir / f"step_{expected}")
+    assert resumed_from(events) == f"jobs/{job_id}/checkpoints/step_{expected}"  # (a key: events name no path)
     assert_step_log(events, total_steps=TOTAL_STEPS, save_freq=SAVE_FREQ, statuses=REQUEUED)
     assert_same_weights(job_id, ref)
     stack.probe.wait_all_free(30)  # nothing of the orphan (or the reference run) holds a CPU
@@ -200,7 +200,7 @@ def test_worker_killed_mid_update_and_restarted_kills_the_leftover_controller_an
     events = stack.events(job_id)
     lost = next(e for e in events if e.type == "job.warning" and e.data["code"] == "worker_lost")
     assert lost.data["data"]["attempt"] == 1
-    resumed = Path(resumed_from(events))
+    resumed = Path(job_dirs(job_id)[1]).parents[2] / resumed_from(events)  # (the store root + its key)
     assert resumed.parent == Path(job_dirs(job_id)[1]) and (resumed / "COMPLETE").is_file()
     assert_step_log(events, total_steps=TOTAL_STEPS, save_freq=SAVE_FREQ, statuses=REQUEUED)
     assert_same_weights(job_id, ref)

@@ -134,8 +134,8 @@ def test_pipeline_and_resume_on_s3_with_no_local_artifacts(stack, assets):
                          "from_checkpoint": sft_ckpt["id"], "suffix": "resumed"})
     assert resumed["status"] == "succeeded", resumed["error"]
     events = stack.events(resumed["id"])
-    url = f"{stack.storage_url}/jobs/{ids['sft']}/checkpoints/step_10"
-    assert any(e["type"] == "job.log" and e["data"]["message"] == f"resumed from {url} at step 10" for e in events)
+    key = f"jobs/{ids['sft']}/checkpoints/step_10"  # events name the checkpoint by its key, never the bucket
+    assert any(e["type"] == "job.log" and e["data"]["message"] == f"resumed from {key} at step 10" for e in events)
     steps = [e["data"]["step"] for e in events if e["type"] == "job.metrics"]
     assert steps == list(range(11, 21))
     staged = [d for d in stack.cache_dir.iterdir() if (d / "extra.json").is_file()]
@@ -149,6 +149,6 @@ def test_pipeline_and_resume_on_s3_with_no_local_artifacts(stack, assets):
                          "from_checkpoint": step3["id"], "suffix": "resumed"})
     assert resumed["status"] == "succeeded", resumed["error"]
     events = stack.events(resumed["id"])
-    url = f"{stack.storage_url}/jobs/{ids['ppo']}/checkpoints/step_3"
-    assert any(e["type"] == "job.log" and e["data"]["message"] == f"resumed from {url} after step 3" for e in events)
+    key = f"jobs/{ids['ppo']}/checkpoints/step_3"
+    assert any(e["type"] == "job.log" and e["data"]["message"] == f"resumed from {key} after step 3" for e in events)
     assert [e["data"]["step"] for e in events if e["type"] == "job.metrics"] == [4, 5, 6]
