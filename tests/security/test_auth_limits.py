@@ -43,3 +43,25 @@ def test_active_keys_per_project_are_capped(client, admin, monkeypatch):
     assert r.status_code == 409 and r.json()["code"] == "too_many_keys", r.text
     assert client.delete(f"/v1/keys/{made[0].json()['id']}", headers=admin).status_code == 200
     assert client.post("/v1/keys", json={}, headers=admin).status_code == 201  # revoked keys do not count
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_the_client_address_behind_a_trusted_proxy(app, monkeypatch, trusted):
+    """On a real uvicorn with the launcher's settings: `X-Forwarded-For` names the client only when the
+    peer is in KEEL_FORWARDED_ALLOW_IPS (else every request counts against the peer)."""
+    import httpx
+    from serving import serve
+
+    from keel_cli.server import uvicorn_options
+
+    monkeypatch.setattr(ratelimit, "auth_failures",
+                        ratelimit.RateLimiter(settings.REDIS_URL, prefix=f"keel:authfail:{secrets.token_hex(4)}"))
+    monkeypatch.setattr(settings, "AUTH_FAILURES_PER_MINUTE", 2)
+    monkeypatch.setattr(settings, "FORWARDED_ALLOW_IPS", "127.0.0.1" if trusted else "192.0.2.1")
+    bad = {"Authorization": "Bearer keel_" + secrets.token_urlsafe(32)}
+    with serve(app, lifespan="off", **uvicorn_options(settings)) as base:
+        def status(client_ip: str) -> int:
+            return httpx.get(f"{base}/v1/jobs", headers={**bad, "X-Forwarded-For": client_ip}).status_code
+
+        assert [status("203.0.113.1") for _ in range(3)] == [401, 401, 429]
+        assert status("203.0.113.2") == (401 if trusted else 429)
