@@ -5,18 +5,26 @@ BIN := $(VENV)/bin
 
 .PHONY: setup run test test-serial test-fast lint sdk clean
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed-dev
 
-# Idempotent: re-runs only when pyproject.toml changes. The CPU torch wheel goes in first on
-# machines without CUDA, so pip never pulls the multi-GB CUDA build.
-$(VENV)/.installed: pyproject.toml
+# Idempotent: each stamp re-runs only when pyproject.toml changes. `make run` installs the runtime
+# dependencies only; the test and bench tools (`.[dev]`) come with `make test` (and `setup`). The CPU
+# torch wheel goes in first on machines without CUDA, so pip never pulls the multi-GB CUDA build.
+$(VENV)/.created:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	if ! command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/python -m pip install -q "torch==2.13.0"; fi
+	touch $@
+
+$(VENV)/.installed-runtime: pyproject.toml $(VENV)/.created
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml $(VENV)/.created
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@
 
-run: setup
+run: $(VENV)/.installed-runtime
 	$(BIN)/keel up
 
 test: setup

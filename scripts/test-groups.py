@@ -24,8 +24,9 @@ TESTS = ROOT / "tests"
 
 # Balanced by the durations of a full run (`pytest --durations`): in-process training in one, the
 # API's many short tests in another, the end-to-end and fault tests (mostly waiting on jobs) in a third.
+# `embedded` (`keel up` on SQLite, the embedded broker and a local Ray, a few minutes) joins the lightest.
 GROUPS: dict[str, list[str]] = {
-    "engine": ["engine", "bench", "core", "cli", "cluster"],
+    "engine": ["engine", "bench", "core", "cli", "cluster", "embedded"],
     "api": ["api", "security", "fuzz", "sdk", "openai", "test_architecture.py", "test_deployment.py",
             "test_monitoring_deployment.py"],
     "workers": ["workers", "faults", "trainers", "storage"],
