@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.pagination import Page
+from api.schemas.forks import ForkedFrom
 from api.schemas.hyperparameters import (
     MAX_OVERRIDES,
     DPOConfig,
@@ -42,7 +43,9 @@ ModelRef = Annotated[str, Field(min_length=1, max_length=500, description=(
 ResourceId = Annotated[str, Field(min_length=1, max_length=64)]
 _OVERRIDE_MAX = 1000
 Override = Annotated[str, Field(min_length=3, max_length=_OVERRIDE_MAX,
+                                pattern=r"^\s*\+?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\s*=",
                                 examples=["actor_rollout_ref.actor.ppo_epochs=4"])]
+"""`section.key=value` (the key as `hyperparameters.apply_overrides` reads it)."""
 
 
 class _Method(Strict):
@@ -280,6 +283,8 @@ class JobPublic(BaseModel):
     suffix: str | None
     resources: JobResources
     from_checkpoint: str | None
+    forked_from: ForkedFrom | None = None
+    """Set on a job made by `POST /v1/jobs/{id}/fork`: the parent job and the checkpoint it started from."""
     created_at: int
     """Unix seconds."""
     started_at: int | None
