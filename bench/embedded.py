@@ -30,9 +30,6 @@ import httpx
 
 from bench.common import emit, free_port, spread
 
-_TEST_ONLY_ENV = ("KEEL_DATABASE_URL", "KEEL_BROKER_URL", "KEEL_REDIS_URL", "KEEL_STORAGE_URL", "KEEL_MODEL_ROOTS",
-                  "KEEL_QUEUE_NAMESPACE", "KEEL_ENV", "KEEL_TEST_RUN")
-
 
 @dataclass
 class Stack:
@@ -50,9 +47,9 @@ class Stack:
 
 
 def keel_up_env(home: Path, port: int, tz: str | None = None) -> dict[str, str]:
-    """The environment `make run` gives `keel up`: nothing but KEEL_HOME and the port chosen (no
-    database, broker or Redis URL: the embedded defaults)."""
-    env = {k: v for k, v in os.environ.items() if k not in _TEST_ONLY_ENV and not k.startswith("KEEL_WEBHOOK")}
+    """The environment `make run` gives `keel up`: no KEEL_ setting but KEEL_HOME and the port chosen
+    (no database, broker or Redis URL: the embedded defaults; none of a test session's settings)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
     env.update({"KEEL_HOME": str(home), "KEEL_PORT": str(port), "RAY_USAGE_STATS_ENABLED": "0",
                 "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONUNBUFFERED": "1"})
     if tz:
@@ -138,8 +135,8 @@ _STAMP = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})"
 
 def dispatch_delays(log: str, job_ids: list[str]) -> list[tuple[float, float]]:
     """Per job: seconds from `job created` to the sweeper's send, and to the worker's `received`."""
-    def at(stamp: str) -> float:
-        return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    def at(stamp: str) -> datetime:  # the log's local wall clock: only differences are used
+        return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f")
 
     lines = log.splitlines()
     out = []
@@ -158,7 +155,7 @@ def dispatch_delays(log: str, job_ids: list[str]) -> list[tuple[float, float]]:
                 break
         if created is None or sent is None or received is None:
             raise RuntimeError(f"no created/dispatched/received lines for {job_id}")
-        out.append((sent - created, received - created))
+        out.append(((sent - created).total_seconds(), (received - created).total_seconds()))
     return out
 
 
