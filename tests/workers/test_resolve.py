@@ -124,7 +124,8 @@ def test_a_grader_reward_gets_the_deployments_python_limits_and_its_score_models
     monkeypatch.setattr(settings, "PYTHON_GRADER_TIMEOUT_S", 7.0)
     monkeypatch.setattr(settings, "PYTHON_GRADER_MEMORY_MB", 512)
     grading = _resolve(job).reward["grading"]
-    assert grading == {"python": {"cpu_s": 3.0, "wall_s": 7.0, "memory_mb": 512}, "models": {rm: str(model_dir)}}
+    assert grading == {"python": {"cpu_s": 3.0, "wall_s": 7.0, "memory_mb": 512, "disk_mb": 128},
+                       "models": {rm: str(model_dir)}}
     monkeypatch.setattr(settings, "ALLOW_PYTHON_GRADERS", False)  # turned off since the job was queued
     assert _resolve(job).reward["grading"]["python"] is None  # the engine then fails the job
     with session_scope() as db:
