@@ -164,6 +164,9 @@ class Job(Base):
     """Why a queued job is not running yet (`waiting_for_resources`); null otherwise."""
     placement: Mapped[list[Any] | None] = mapped_column(JSONType, default=None)
     """Where the running attempt's workers landed: `{role, rank, node_id, node_ip, ...}` each."""
+    manifest: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    """What the latest attempt ran with (versions, config, seeds, data and model hashes, hardware;
+    `workers.manifest`); null until an attempt started."""
     dispatched_at: Mapped[datetime | None] = mapped_column(default=None, index=True)
     """Null until the broker accepted the task (the outbox: a sweeper sends what is left)."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)

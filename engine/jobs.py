@@ -40,6 +40,7 @@ from typing import Any
 from engine.cluster import code_options, connect, get_unwrapped
 from engine.config import JobRequest, JobResult
 from engine.errors import Cancelled, ConfigError, EngineError, Paused
+from engine.manifest import record as record_manifest
 from engine.reporting import Reporter
 from engine.watchdog import limits, run_watched
 
@@ -96,6 +97,7 @@ class JobController:
             import torch
 
             torch.set_num_threads(1)
+        record_manifest(request, reporter)  # on the node that runs it
         return run_watched(entry_point(request.method), request, reporter)
 
     @staticmethod
@@ -249,6 +251,7 @@ def run_local(request: JobRequest, reporter: Reporter) -> JobResult:
     if request.resources.num_workers != 1:
         raise ConfigError("resources.executor 'local' runs one worker: set resources.num_workers to 1",
                           param="resources.num_workers")
+    record_manifest(request, reporter)
     # Under the watchdog too; a hung loop's thread then stays in this process until it exits.
     return run_watched(entry_point(request.method), request, reporter)
 

@@ -40,6 +40,10 @@ class Reporter(Protocol):
         step watchdog times steps by it (`engine.watchdog`); the service also beats for the
         controller with it. Cheap: implementations throttle what they write."""
 
+    def manifest(self, data: Mapping[str, Any]) -> None:
+        """What this attempt runs with, as the node sees it (`engine.manifest.collect`), recorded when
+        it starts. Optional: `engine.manifest.record` skips a reporter without it."""
+
 
 class RecordingReporter:
     """Keeps every report in memory, in order: for tests, benchmarks and the CLI."""
@@ -71,6 +75,9 @@ class RecordingReporter:
 
     def heartbeat(self, step=None):
         self.beats.append(step)
+
+    def manifest(self, data):
+        self._add("manifest", data=dict(data))
 
     def should_stop(self) -> bool:
         steps = self.steps()

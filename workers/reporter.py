@@ -33,6 +33,7 @@ from core.db import session_factory
 from core.events import append_event, channel, event_payload, publish
 from core.ids import new_id
 from core.models import Checkpoint, Job, JobEvent
+from workers import manifest as manifests
 
 log = logging.getLogger(__name__)
 
@@ -262,6 +263,12 @@ class DBReporter:
             return True
 
         self._append("job.placement", {"workers": workers}, apply)
+
+    def manifest(self, data: Mapping[str, Any]) -> None:
+        """The attempt's manifest on the job row (`workers.manifest`), fenced like every write."""
+        retry_db(lambda: manifests.record(self._session, self.job_id, data, attempt=self.attempt, owns=self._owns,
+                                          clean=lambda d: scrub(json_safe(d), self.hidden_roots)),
+                 what=f"job {self.job_id} manifest")
 
     def heartbeat(self, step: int | None = None) -> None:
         """The controller is alive and its loop on time: `controller_heartbeat_at = now()` on the

@@ -485,6 +485,7 @@ def job_public(job: Job, queue_position: int | None = None, method: BaseModel | 
         result_files=job.result_files or [],
         training_file=job.training_file_id, validation_file=job.validation_file_id, seed=job.seed,
         suffix=spec.get("suffix"), resources=spec.get("resources") or {}, from_checkpoint=spec.get("from_checkpoint"),
+        forked_from=spec.get("forked_from"),
         created_at=_unix(job.created_at), started_at=_unix(job.started_at), finished_at=_unix(job.finished_at),
         progress=_progress(job), queue_position=queue_position if job.status == "queued" else None,
         latest_metrics=_numbers(job.latest_metrics), error=_error(job.error), metadata=job.meta or {},
@@ -525,11 +526,15 @@ def create_job(body: JobCreate, caller: CurrentCaller, idem: IdempotencyDep,
         return _create(db, body, caller, idem, dry_run)
 
 
-def _create(db: Session, body: JobCreate, caller: Caller, idem: Idempotency, dry_run: bool):
+def _create(db: Session, body: JobCreate, caller: Caller, idem: Idempotency, dry_run: bool,
+            forked_from: dict[str, Any] | None = None):
+    """`forked_from`: the parent job and checkpoint of a fork (`api.routes.forks`), kept in the spec."""
     project = caller.project
     if not dry_run and (replay := idem.replay(db, project.id)) is not None:
         return replay
     spec, nodes = _resolve(db, project.id, body)
+    if forked_from is not None:
+        spec["forked_from"] = forked_from
     verdict = admission(job_demand(spec), nodes, max_cpus=settings.MAX_JOB_CPUS, max_gpus=settings.MAX_JOB_GPUS)
     if verdict.status == "refuse":
         raise ApiError(422, verdict.code, f"{verdict.param}: {verdict.message}.", param=verdict.param)

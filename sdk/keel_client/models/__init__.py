@@ -73,6 +73,7 @@ from .fine_tuning_job_metadata_type_0 import FineTuningJobMetadataType0
 from .fine_tuning_job_method import FineTuningJobMethod
 from .fine_tuning_job_status import FineTuningJobStatus
 from .fine_tuning_jobs import FineTuningJobs
+from .forked_from import ForkedFrom
 from .forward_backward_request import ForwardBackwardRequest
 from .forward_backward_request_loss_fn import ForwardBackwardRequestLossFn
 from .fsdp_config import FSDPConfig
@@ -94,6 +95,13 @@ from .job_event_public import JobEventPublic
 from .job_event_public_data import JobEventPublicData
 from .job_event_public_type import JobEventPublicType
 from .job_events_public import JobEventsPublic
+from .job_fork import JobFork
+from .job_fork_hyperparameters_type_0 import JobForkHyperparametersType0
+from .job_manifest import JobManifest
+from .job_manifest_config import JobManifestConfig
+from .job_manifest_packages import JobManifestPackages
+from .job_manifest_resources import JobManifestResources
+from .job_manifest_seeds import JobManifestSeeds
 from .job_metrics_public import JobMetricsPublic
 from .job_progress import JobProgress
 from .job_public import JobPublic
@@ -116,6 +124,12 @@ from .lora_spec import LoraSpec
 from .loss_fn_config import LossFnConfig
 from .loss_fn_inputs import LossFnInputs
 from .m_lflow_settings import MLflowSettings
+from .manifest_datasets import ManifestDatasets
+from .manifest_file import ManifestFile
+from .manifest_gpu import ManifestGpu
+from .manifest_hardware import ManifestHardware
+from .manifest_model import ManifestModel
+from .manifest_ray import ManifestRay
 from .memory_capacity import MemoryCapacity
 from .memory_plan import MemoryPlan
 from .memory_plan_device import MemoryPlanDevice
@@ -282,6 +296,7 @@ __all__ = (
     "FineTuningJobMethod",
     "FineTuningJobs",
     "FineTuningJobStatus",
+    "ForkedFrom",
     "ForwardBackwardRequest",
     "ForwardBackwardRequestLossFn",
     "FSDPConfig",
@@ -303,6 +318,13 @@ __all__ = (
     "JobEventPublicData",
     "JobEventPublicType",
     "JobEventsPublic",
+    "JobFork",
+    "JobForkHyperparametersType0",
+    "JobManifest",
+    "JobManifestConfig",
+    "JobManifestPackages",
+    "JobManifestResources",
+    "JobManifestSeeds",
     "JobMetricsPublic",
     "JobProgress",
     "JobPublic",
@@ -324,6 +346,12 @@ __all__ = (
     "LoraSpec",
     "LossFnConfig",
     "LossFnInputs",
+    "ManifestDatasets",
+    "ManifestFile",
+    "ManifestGpu",
+    "ManifestHardware",
+    "ManifestModel",
+    "ManifestRay",
     "MemoryCapacity",
     "MemoryPlan",
     "MemoryPlanDevice",

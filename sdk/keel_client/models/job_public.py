@@ -13,6 +13,7 @@ from ..types import UNSET, Unset
 if TYPE_CHECKING:
     from ..models.dpo_method import DPOMethod
     from ..models.eval_method import EvalMethod
+    from ..models.forked_from import ForkedFrom
     from ..models.integration import Integration
     from ..models.job_error import JobError
     from ..models.job_progress import JobProgress
@@ -56,6 +57,7 @@ class JobPublic:
         training_file (str):
         validation_file (None | str):
         created_by (None | str | Unset):
+        forked_from (ForkedFrom | None | Unset):
         integrations (list[Integration] | Unset):
         object_ (Literal['job'] | Unset):  Default: 'job'.
         placement (list[WorkerPlacement] | None | Unset):
@@ -84,6 +86,7 @@ class JobPublic:
     training_file: str
     validation_file: None | str
     created_by: None | str | Unset = UNSET
+    forked_from: ForkedFrom | None | Unset = UNSET
     integrations: list[Integration] | Unset = UNSET
     object_: Literal["job"] | Unset = "job"
     placement: list[WorkerPlacement] | None | Unset = UNSET
@@ -93,6 +96,7 @@ class JobPublic:
 
     def to_dict(self) -> dict[str, Any]:
         from ..models.dpo_method import DPOMethod  # noqa: PLC0415
+        from ..models.forked_from import ForkedFrom  # noqa: PLC0415
         from ..models.job_error import JobError  # noqa: PLC0415
         from ..models.ppo_method import PPOMethod  # noqa: PLC0415
         from ..models.reward_model_method import RewardModelMethod  # noqa: PLC0415
@@ -168,6 +172,14 @@ class JobPublic:
         else:
             created_by = self.created_by
 
+        forked_from: dict[str, Any] | None | Unset
+        if isinstance(self.forked_from, Unset):
+            forked_from = UNSET
+        elif isinstance(self.forked_from, ForkedFrom):
+            forked_from = self.forked_from.to_dict()
+        else:
+            forked_from = self.forked_from
+
         integrations: list[dict[str, Any]] | Unset = UNSET
         if not isinstance(self.integrations, Unset):
             integrations = []
@@ -229,6 +241,8 @@ class JobPublic:
         )
         if created_by is not UNSET:
             field_dict["created_by"] = created_by
+        if forked_from is not UNSET:
+            field_dict["forked_from"] = forked_from
         if integrations is not UNSET:
             field_dict["integrations"] = integrations
         if object_ is not UNSET:
@@ -246,6 +260,7 @@ class JobPublic:
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         from ..models.dpo_method import DPOMethod  # noqa: PLC0415
         from ..models.eval_method import EvalMethod  # noqa: PLC0415
+        from ..models.forked_from import ForkedFrom  # noqa: PLC0415
         from ..models.integration import Integration  # noqa: PLC0415
         from ..models.job_error import JobError  # noqa: PLC0415
         from ..models.job_progress import JobProgress  # noqa: PLC0415
@@ -405,6 +420,23 @@ class JobPublic:
 
         created_by = _parse_created_by(d.pop("created_by", UNSET))
 
+        def _parse_forked_from(data: object) -> ForkedFrom | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                forked_from_type_0 = ForkedFrom.from_dict(data)
+
+                return forked_from_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(ForkedFrom | None | Unset, data)
+
+        forked_from = _parse_forked_from(d.pop("forked_from", UNSET))
+
         _integrations = d.pop("integrations", UNSET)
         integrations: list[Integration] | Unset = UNSET
         if _integrations is not UNSET:
@@ -481,6 +513,7 @@ class JobPublic:
             training_file=training_file,
             validation_file=validation_file,
             created_by=created_by,
+            forked_from=forked_from,
             integrations=integrations,
             object_=object_,
             placement=placement,
