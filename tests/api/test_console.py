@@ -529,3 +529,52 @@ def test_the_prefilled_form_creates_a_job_on_the_demo_model(tabs, demo_files, me
     page.wait_for_function(f"() => location.hash === '#/jobs/{job['id']}'")
     httpx.post(f"{tab.base}/v1/jobs/{job['id']}/cancel", headers={"Authorization": f"Bearer {key}"}, timeout=30)
     tab.check(f"new-{method}-created", "desktop")
+
+
+def test_job_page_shows_the_manifest_and_the_fork_parent(tabs, seeded):
+    from sqlalchemy import update
+
+    from core.db import session_scope
+    from core.models import Job, utcnow
+
+    project_id, key = _project(f"console-manifest-{secrets.token_hex(3)}")
+    file_id = _file(project_id)
+    done = {"status": "succeeded", "started_at": utcnow(), "finished_at": utcnow()}
+    parent = _job(project_id, file_id, "/models/base", {"type": "sft"}, **done)
+    manifest = {"version": 1, "job_id": "x", "attempt": 1, "recorded_at": 1767052800, "method": "sft",
+                "packages": {"keel": "0.1.0", "torch": "2.5.1", "transformers": "4.46.0", "peft": None, "vllm": None,
+                             "ray": "2.40.0"},
+                "config": {"optim": {"lr": 0.001}}, "resources": {"num_workers": 1}, "seeds": {"seed": 5},
+                "datasets": {"training_file": {"id": file_id, "sha256": "ab" * 32}, "validation_file": None},
+                "base_model": {"ref": "/models/base", "sha256": "cd" * 32, "algorithm": "sampled-sha256-v1"},
+                "hardware": {"cpu_model": "Test CPU", "cpu_count": 8, "memory_bytes": 2**34, "gpus": [],
+                             "ray_nodes": 2},
+                "image_digest": "sha256:" + "ef" * 32, "from_checkpoint": "ckpt-parent",
+                "forked_from": {"job": parent, "checkpoint": "ckpt-parent", "step": 4}}
+    child = _job(project_id, file_id, "/models/base", {"type": "sft"}, manifest=manifest, **done)
+    queued = _job(project_id, file_id, "/models/base", {"type": "sft"})
+    with session_scope() as db:
+        row = db.get(Job, child)
+        db.execute(update(Job).where(Job.id == child).values(spec={
+            **row.spec, "from_checkpoint": "ckpt-parent", "forked_from": manifest["forked_from"]}))
+    try:
+        tab = tabs(key)
+        page = tab.page
+        tab.goto(f"/jobs/{child}")
+        page.wait_for_selector(f".summary a[href='#/jobs/{parent}']")
+        assert "at step 4" in page.inner_text(".summary")
+        assert not page.is_visible("#manifest-body dl")  # collapsed: read only when opened
+        page.click("#manifest > summary")
+        page.wait_for_selector("#manifest-body dl")
+        text = page.inner_text("#manifest-body")
+        for want in ("torch 2.5.1", "vllm —", "seed=5", file_id, "Test CPU × 8", "2 Ray nodes", "sha256:efef"):
+            assert want in text, (want, text)
+        tab.check("job-manifest", "desktop")
+
+        tab.goto(f"/jobs/{queued}")
+        page.wait_for_selector("#manifest > summary")
+        page.click("#manifest > summary")
+        page.wait_for_selector("#manifest-body p:has-text('Recorded when a worker starts the job.')")
+    finally:
+        with session_scope() as db:
+            db.execute(update(Job).where(Job.id == queued).values(status="cancelled"))

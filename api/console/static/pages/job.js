@@ -1,6 +1,6 @@
 // One job: summary, cancel, pause / resume, live metric charts with checkpoint and warning markers, the event log,
-// checkpoints and the output model with download buttons. Everything live comes from the SSE stream
-// (replayed from the start, so history and live updates take the same path).
+// checkpoints and the output model with download buttons, and the job's manifest (collapsed; read when opened).
+// Everything live comes from the SSE stream (replayed from the start, so history and live updates take the same path).
 
 import { api, download, followEvents } from "../api.js";
 import { MetricCharts } from "../charts.js";
@@ -16,6 +16,9 @@ export async function jobPage(main, [jobId], page) {
   const chartsRoot = h("div#charts.charts", { "aria-live": "off" });
   const logList = h("ol#events.events");
   const checkpoints = h("div#checkpoints");
+  const manifestBody = h("div#manifest-body");
+  const manifest = h("details.card#manifest", { ontoggle: () => { if (manifest.open) loadManifest(); } },
+    h("summary", h("h3", "Manifest")), manifestBody);
   const streamState = h("span.stream-state", { dataset: { state: "connecting" } }, "connecting…");
   const notice = h("div");
   let metricEvents = 0;
@@ -29,7 +32,8 @@ export async function jobPage(main, [jobId], page) {
       chartsRoot),
     h("div.two-col",
       h("section.card", h("h3", "Checkpoints"), checkpoints),
-      h("section.card", h("div.section-head", h("h3", "Events"), metricCount), h("div.events-wrap", logList))));
+      h("section.card", h("div.section-head", h("h3", "Events"), metricCount), h("div.events-wrap", logList))),
+    manifest);
 
   const charts = new MetricCharts(chartsRoot);
   page.onLeave(() => charts.destroy());
@@ -64,6 +68,11 @@ export async function jobPage(main, [jobId], page) {
       ["Output model", output],
     ];
     if (job.queue_position) rows.push(["Queue position", String(job.queue_position)]);
+    if (job.forked_from) {
+      const f = job.forked_from;
+      rows.push(["Forked from", h("span", h("a.mono", { href: `#/jobs/${encodeURIComponent(f.job)}` }, f.job),
+        ` at step ${f.step} (`, h("span.mono", f.checkpoint), ")")]);
+    }
     if (job.error) rows.push(["Error", h("span.error-text", `${job.error.code}: ${job.error.message}`)]);
     clear(summary, h("dl.kv", rows.map(([k, v]) => [h("dt", k), h("dd", v)])));
   }
@@ -103,6 +112,34 @@ export async function jobPage(main, [jobId], page) {
     } catch (err) { if (!page.signal.aborted) clear(checkpoints, errorBox(err)); }
   }
 
+  // GET /v1/jobs/{id}/manifest: what the latest attempt ran with (404 manifest_not_ready until it starts).
+  async function loadManifest() {
+    try {
+      const m = await api(`/v1/jobs/${encodeURIComponent(job.id)}/manifest`, { signal: page.signal });
+      const hw = m.hardware || {};
+      const gpus = (hw.gpus || []).map((g) => g.name).join(", ") || "none";
+      const files = Object.entries(m.datasets || {}).filter(([, f]) => f)
+        .map(([k, f]) => h("div", `${k}: `, h("span.mono", f.id), " sha256 ", h("span.mono", (f.sha256 || "—").slice(0, 16))));
+      const rows = [
+        ["Attempt", `${m.attempt ?? "—"}, recorded ${new Date(m.recorded_at * 1000).toLocaleString()}`],
+        ["Packages", Object.entries(m.packages).map(([k, v]) => `${k} ${v ?? "—"}`).join(" · ")],
+        ["Seeds", Object.entries(m.seeds).map(([k, v]) => `${k}=${v}`).join(", ")],
+        ["Datasets", files],
+        ["Base model", h("span", h("span.mono", m.base_model.ref), " ", h("span.mono.muted", (m.base_model.sha256 || "").slice(0, 16)))],
+        ["Hardware", `${hw.cpu_model || "CPU"} × ${hw.cpu_count ?? "?"}, ${bytes(hw.memory_bytes)}, GPUs: ${gpus}` +
+          (hw.ray_nodes ? `, ${hw.ray_nodes} Ray node${hw.ray_nodes === 1 ? "" : "s"}` : "")],
+        ["Image", m.image_digest ? h("span.mono", m.image_digest) : "—"],
+      ];
+      if (m.forked_from) rows.push(["Forked from", `${m.forked_from.job} at step ${m.forked_from.step}`]);
+      clear(manifestBody, h("dl.kv", rows.map(([k, v]) => [h("dt", k), h("dd", v)])),
+        h("details", h("summary.small", "Resolved config (JSON)"), h("pre.small", JSON.stringify(m.config, null, 2))));
+    } catch (err) {
+      if (page.signal.aborted) return;
+      clear(manifestBody, err.code === "manifest_not_ready"
+        ? h("p.muted", "Recorded when a worker starts the job.") : errorBox(err));
+    }
+  }
+
   function log(event, text, kind = "") {
     const time = new Date(event.created_at * 1000).toLocaleTimeString();
     logList.append(h(`li.${kind || "ev"}`, { dataset: { seq: String(event.seq), type: event.type } },
@@ -138,6 +175,7 @@ export async function jobPage(main, [jobId], page) {
       case "job.status":
         log(event, d.status + (d.reason ? ` (${d.reason})` : ""));
         refresh();
+        if (manifest.open && d.status === "running") loadManifest();  // a new attempt records its own
         return;
       case "job.error":
         log(event, `${d.code || "error"}: ${d.message || ""}`, "err");
