@@ -270,15 +270,47 @@ def load_state(dir: str | os.PathLike, *, modules: Mapping[str, nn.Module],
             raise CheckpointError(f"checkpoint {path} has no {name}{suffix}", param="resume_from")
         return target
 
+    configured = {name: _hyperparameters(o) for name, o in (optimizers or {}).items()}
+    base_lrs = {name: list(s.base_lrs) for name, s in (schedulers or {}).items() if hasattr(s, "base_lrs")}
     for name, module in modules.items():
         load_module(module, file(name, ".safetensors"))
     for name, optimizer in (optimizers or {}).items():
         optimizer.load_state_dict(torch.load(file(name, ".optim.pt"), map_location="cpu", weights_only=True))
     for name, scheduler in (schedulers or {}).items():
         scheduler.load_state_dict(torch.load(file(name, ".sched.pt"), map_location="cpu", weights_only=True))
+    _keep_configured(optimizers or {}, schedulers or {}, configured, base_lrs)
     if restore_rng:
         set_rng_state(torch.load(file("rng", ".pt"), map_location="cpu", weights_only=True))
     return extra
+
+
+def _hyperparameters(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    return [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+
+
+def _keep_configured(optimizers: Mapping[str, torch.optim.Optimizer], schedulers: Mapping[str, Any],
+                     configured: Mapping[str, list[dict[str, Any]]], base_lrs: Mapping[str, list[float]]) -> None:
+    """The run's own hyperparameters over the checkpoint's: a state dict also carries the optimizer's
+    param-group settings (lr, weight decay, betas) and the scheduler's base learning rates, and loading
+    it would silently undo a continuation's (a fork's) new values. The state proper (moments, step
+    counts, the schedule's position) stays the checkpoint's. The scheduled lr is rescaled by the new
+    base over the saved one, so an unchanged config keeps every value bitwise."""
+    for name, scheduler in schedulers.items():
+        if name not in base_lrs:
+            continue
+        for group, saved, new in zip(scheduler.optimizer.param_groups, scheduler.base_lrs, base_lrs[name], strict=True):
+            if new != saved:
+                group["lr"] = group["lr"] * (new / saved) if saved else new
+                group["initial_lr"] = new
+        scheduler.base_lrs = list(base_lrs[name])
+        if hasattr(scheduler, "_last_lr"):  # what `get_last_lr` reports
+            scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
+    scheduled = {id(s.optimizer) for n, s in schedulers.items() if n in base_lrs}
+    for name, optimizer in optimizers.items():
+        for group, wanted in zip(optimizer.param_groups, configured[name], strict=True):
+            for key, value in wanted.items():
+                if key not in ("lr", "initial_lr") or id(optimizer) not in scheduled:
+                    group[key] = value
 
 
 def checkpoint_step(path: str | os.PathLike) -> int | None:

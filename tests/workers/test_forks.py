@@ -168,6 +168,23 @@ def test_a_fork_with_overrides_merges_them_over_the_parents(client, parent):
     client.post(f"/v1/jobs/{r.json()['id']}/cancel", headers=auth)
 
 
+def test_a_forks_learning_rate_override_is_the_one_it_trains_with(client, parent):
+    """The checkpoint's optimizer and scheduler states carry the parent's learning rate: the fork's own
+    wins (`engine.checkpoint.load_state`), rescaling where the schedule stands (warm-up, then linear)."""
+    _, key, job_id, _ = parent
+    auth = {"Authorization": f"Bearer {key}"}
+    r = client.post(f"/v1/jobs/{job_id}/fork", headers=auth, json={"checkpoint": 1, "hyperparameters": {
+        "optim": {"lr": 1e-2, "weight_decay": 0.25}}})
+    assert r.status_code == 201, r.text
+    assert tasks.run_job(r.json()["id"]).startswith("succeeded"), get_job(r.json()["id"]).error
+    want, got = _metrics(job_id), _metrics(r.json()["id"])
+    assert sorted(got) == [2, 3]
+    for step in (2, 3):
+        assert got[step]["train/lr"] == pytest.approx(10 * want[step]["train/lr"], rel=1e-12)
+    assert got[2]["train/loss"] == want[2]["train/loss"]  # the same weights going in
+    assert got[3]["train/loss"] != want[3]["train/loss"]  # trained differently from there
+
+
 @pytest.mark.parametrize("body, status, code, param", [
     ({"checkpoint": "ckpt-doesnotexist"}, 404, "not_found", "checkpoint"),
     ({"checkpoint": 7}, 404, "not_found", "checkpoint"),
