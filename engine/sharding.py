@@ -4,7 +4,8 @@ With `strategy: fsdp2` and more than one worker, every worker holds 1/N of the p
 masters), of the gradients and of the Adam state, as DTensors sharded on dim 0. Units: each decoder
 layer, the backbone (embeddings, final norm) and the head (LM head or score head), so that the
 engine's direct `backbone(...)` / `head(...)` calls (`engine.models`) all-gather what they use. A
-tied head shares its unit with the backbone. One worker, or `ddp`, leaves the model alone.
+tied head shares its unit with the backbone (under the model as FSDP's root), and checkpoints hold
+the tied matrix once, as Hugging Face's export does. One worker, or `ddp`, leaves the model alone.
 
 Collectives must line up across workers: every forward of a unit all-gathers and every backward
 reduce-scatters. Two rules keep them in step where workers do unequal work:
@@ -119,9 +120,11 @@ def shard_model(model: nn.Module, fsdp: FSDPConfig, *, dtype: torch.dtype, devic
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     head = head if head is not None else getattr(model, "score", None)
     covered: set[int] = set()
+    tied = False
     if isinstance(backbone, nn.Module) and backbone is not model:
         in_backbone = {id(p) for p in backbone.parameters()}
-        if head is not None and any(id(p) in in_backbone for p in head.parameters()):
+        tied = head is not None and any(id(p) in in_backbone for p in head.parameters())
+        if tied:
             wrap([backbone, head], False)  # tied embeddings: one unit
         else:
             wrap(backbone, False)
@@ -129,8 +132,13 @@ def shard_model(model: nn.Module, fsdp: FSDPConfig, *, dtype: torch.dtype, devic
                 wrap(head, False)
         covered = {id(p) for m, _ in units for p in m.parameters()}
         covered |= {id(p) for p in head.parameters()} if head is not None else set()
-    if any(id(p) not in covered for p in model.parameters()):
+    if tied or any(id(p) not in covered for p in model.parameters()):
         wrap(model, False)
+    if tied:
+        # A grouped unit (tied backbone and head) cannot be a root: FSDP's lazy init wants a single
+        # root module. The model is that root, initialised here since the engine calls the backbone
+        # and the head directly, never the model (FSDP has no public call for it).
+        model._get_fsdp_state()._lazy_init()
     for module, _ in units:
         # Sum, not average: each worker's loss is already divided by the global normaliser. Plain
         # SUM collectives (gloo has no pre-multiplied sum).
@@ -222,8 +230,13 @@ def tensor_devices(tensors: Sequence[torch.Tensor]) -> set[str]:
 # --- checkpoints and export ---------------------------------------------------------------------------
 
 def _trained_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    frozen = {n for n, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
-    return {k: v for k, v in model.state_dict().items() if k not in frozen}
+    """The trained state, a tied tensor once (under its first name, as `named_parameters` gives
+    it): safetensors refuses two names for one storage, and the head of a tied model is its
+    input embedding."""
+    named = dict(model.named_parameters(remove_duplicate=False))
+    first = dict(model.named_parameters())
+    skip = {n for n, p in named.items() if not p.requires_grad or n not in first}
+    return {k: v for k, v in model.state_dict().items() if k not in skip}
 
 
 def save_shards(directory: str, name: str, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
