@@ -12,7 +12,8 @@ most of its tensors changes the fingerprint). It is cached per directory by the 
 modification times, in this process and on disk (`<artifact cache>/model-fingerprints`), so a model
 is read once per node.
 
-No torch or Ray import at module level: `engine.jobs` imports this module.
+No torch or Ray import at module level: `engine.jobs` imports this module (the local executor runs
+without Ray: Ray is only read when the process already joined it).
 """
 
 from __future__ import annotations
@@ -94,8 +95,9 @@ def _memory_bytes() -> int | None:
 
 def _gpus() -> list[dict[str, Any]]:
     """The GPUs this process sees (the controller of a method that trains in it holds its GPU)."""
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available():
+    import torch  # the method imports it next anyway
+
+    if not torch.cuda.is_available():
         return []
     out = []
     for i in range(torch.cuda.device_count()):

@@ -223,3 +223,30 @@ def test_another_projects_job_is_not_found(client, parent, other_auth):
     for r in (client.post(f"/v1/jobs/{job_id}/fork", headers=other_auth, json={"checkpoint": 1}),
               client.get(f"/v1/jobs/{job_id}/manifest", headers=other_auth)):
         assert (r.status_code, r.json()["code"], r.json()["param"]) == (404, "not_found", "job_id"), r.text
+
+
+def test_a_job_on_ray_records_its_manifest_in_its_controller(client, parent, demo_assets, monkeypatch):
+    """The default executor: the manifest is collected in the job's Ray controller (on the node that runs
+    it) and written by the reporter it was pickled with."""
+    import ray
+
+    from engine.cluster import connect
+
+    monkeypatch.setattr(tasks, "connect", connect)  # a local Ray in this process, as a worker joins one
+    joined = ray.is_initialized()
+    _, key, _, train = parent
+    auth = {"Authorization": f"Bearer {key}"}
+    r = client.post("/v1/jobs", headers=auth, json={
+        "model": demo_assets["model"], "training_file": train, "seed": 5,
+        "method": {"type": "sft", "hyperparameters": {**HYPERPARAMETERS, "trainer": {"total_training_steps": 1}}}})
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    try:
+        assert tasks.run_job(job_id).startswith("succeeded"), get_job(job_id).error
+    finally:
+        if not joined:  # this test's own Ray: nothing later in the session finds it running
+            ray.shutdown()
+    manifest = client.get(f"/v1/jobs/{job_id}/manifest", headers=auth).json()
+    assert manifest["hardware"]["ray_nodes"] == 1 and manifest["hardware"]["ray"]["cpus"] >= 1
+    assert manifest["resources"]["executor"] == "ray" and manifest["packages"]["ray"] is not None
+    assert len(manifest["base_model"]["sha256"]) == 64
