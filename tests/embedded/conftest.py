@@ -4,6 +4,7 @@ UTC, so a naive timestamp anywhere shows as an error or a shifted time."""
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -16,8 +17,10 @@ TZ = "Asia/Kolkata"
 
 
 @pytest.fixture(scope="session")
-def embedded_home() -> Path:
-    return Path(tempfile.mkdtemp(prefix="keel-embedded-"))
+def embedded_home():
+    home = Path(tempfile.mkdtemp(prefix="keel-embedded-"))
+    yield home
+    shutil.rmtree(home, ignore_errors=True)  # models, artifacts, databases: hundreds of MB
 
 
 @pytest.fixture(scope="session")
