@@ -31,7 +31,7 @@ OperationKind = Literal["forward_backward", "forward", "optim_step", "sample", "
                         "save_weights_for_sampler"]
 OperationStatus = Literal["queued", "running", "succeeded", "failed"]
 TrainerEventType = Literal["trainer.status", "trainer.operation", "trainer.model", "trainer.warning"]
-LossFn = Literal["cross_entropy", "importance_sampling", "ppo", "dpo"]
+LossFn = Literal["cross_entropy", "importance_sampling", "ppo", "cispo", "dro", "dpo"]
 
 TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
 Tokens = Annotated[list[TokenId], Field(min_length=1, max_length=MAX_TOKENS_PER_DATUM)]
@@ -128,9 +128,9 @@ class LossFnInputs(Strict):
     weights: Floats | None = None
     """Loss weight per position (0 masks it): `cross_entropy` and `dpo`."""
     advantages: Floats | None = None
-    """`importance_sampling` and `ppo`."""
+    """`importance_sampling`, `ppo`, `cispo`, `dro` (0: the position counts for nothing)."""
     logprobs: Floats | None = None
-    """The sampler's log-probabilities of `target_tokens`: `importance_sampling` and `ppo`."""
+    """The sampler's log-probabilities of `target_tokens`: `importance_sampling`, `ppo`, `cispo`, `dro`."""
     ref_logprobs: Floats | None = None
     """`dpo`: the reference model's log-probabilities (default: computed from the trainer's reference)."""
 
@@ -141,24 +141,23 @@ class Datum(Strict):
 
 
 class LossFnConfig(Strict):
-    clip_low: Annotated[float, Field(ge=0.0, lt=1.0)] | None = None
-    """`ppo`: the ratio's lower clip is 1 - clip_low (default 0.2)."""
-    clip_high: Annotated[float, Field(ge=0.0, le=10.0)] | None = None
-    """`ppo`: the ratio's upper clip is 1 + clip_high (default 0.2)."""
-    clip_ratio_c: Annotated[float, Field(gt=1.0, le=100.0)] | None = None
-    """`ppo`: dual-clip bound for negative advantages (default 3.0)."""
+    """Tinker's names and meanings; `r` is the ratio of the trained to the sampling policy."""
+
+    clip_low_threshold: Annotated[float, Field(ge=0.0, le=100.0)] | None = None
+    """`ppo`, `cispo`: the lowest `r` counts as (an absolute ratio; default 0.8 for `ppo`, 0.0 for `cispo`)."""
+    clip_high_threshold: Annotated[float, Field(ge=0.0, le=100.0)] | None = None
+    """`ppo`, `cispo`: the highest `r` counts as, at least `clip_low_threshold` (default 1.2 for `ppo`,
+    4.0 for `cispo`)."""
     beta: Annotated[float, Field(gt=0.0, le=100.0)] | None = None
-    """`dpo`: the KL penalty (default 0.1)."""
+    """`dpo`: the KL penalty (default 0.1); `dro`: the quadratic penalty's weight (default 0.05)."""
 
 
-_NEEDS = {"cross_entropy": ("target_tokens", "weights"), "importance_sampling": ("target_tokens", "logprobs",
-                                                                                  "advantages"),
-          "ppo": ("target_tokens", "logprobs", "advantages"), "dpo": ("target_tokens", "weights")}
-_ALLOWED = {"cross_entropy": ("target_tokens", "weights"),
-            "importance_sampling": ("target_tokens", "logprobs", "advantages"),
-            "ppo": ("target_tokens", "logprobs", "advantages"),
-            "dpo": ("target_tokens", "weights", "ref_logprobs")}
-_CONFIG = {"ppo": ("clip_low", "clip_high", "clip_ratio_c"), "dpo": ("beta",)}
+_RL_INPUTS = ("target_tokens", "logprobs", "advantages")
+_NEEDS = {"cross_entropy": ("target_tokens", "weights"), "importance_sampling": _RL_INPUTS, "ppo": _RL_INPUTS,
+          "cispo": _RL_INPUTS, "dro": _RL_INPUTS, "dpo": ("target_tokens", "weights")}
+_ALLOWED = {**_NEEDS, "dpo": ("target_tokens", "weights", "ref_logprobs")}
+_CONFIG = {"ppo": ("clip_low_threshold", "clip_high_threshold"),
+           "cispo": ("clip_low_threshold", "clip_high_threshold"), "dro": ("beta",), "dpo": ("beta",)}
 
 
 class ForwardBackwardRequest(Strict):
@@ -201,6 +200,10 @@ class ForwardBackwardRequest(Strict):
                 if name not in allowed:
                     raise errors_at("ForwardBackwardRequest", (("loss_fn_config", name), None,
                                                                f"loss_fn {self.loss_fn!r} does not use {name}"))
+            low, high = self.loss_fn_config.clip_low_threshold, self.loss_fn_config.clip_high_threshold
+            if low is not None and high is not None and high < low:
+                raise errors_at("ForwardBackwardRequest", (("loss_fn_config", "clip_high_threshold"), None,
+                                                           f"must be >= clip_low_threshold ({low:g})"))
         return self
 
 
@@ -210,7 +213,8 @@ class AdamParams(Strict):
     learning_rate: Annotated[float, Field(gt=0.0, le=1.0)] = 1e-4
     beta1: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.9
     beta2: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.95
-    eps: Annotated[float, Field(gt=0.0, le=1.0)] = 1e-8
+    eps: Annotated[float, Field(gt=0.0, le=1.0)] = 1e-12
+    """Tinker's default."""
     weight_decay: Annotated[float, Field(ge=0.0, le=10.0)] = 0.0
     grad_clip_norm: Annotated[float, Field(ge=0.0, le=1e6)] = 0.0
     """Clip the global gradient norm to this (0 = no clipping)."""
@@ -286,8 +290,9 @@ class TrainerOperationPublic(BaseModel):
     status: OperationStatus
     result: dict[str, Any] | None
     """forward_backward / forward: `{loss_fn_outputs: [{logprobs}], metrics}`; optim_step: `{step, metrics}`;
-    sample: `{sequences: [{prompt_index, tokens, text, logprobs, stop_reason}]}`; save_state: `{path, model_id,
-    step, format}`; load_state: `{step}`; save_weights_for_sampler: `{path, model_id}`. `path` is a model id."""
+    sample: `{sequences: [{prompt_index, tokens, text, logprobs, stop_reason, sampling_logprobs?}]}`
+    (`logprobs` at temperature 1, as `forward` gives them; `sampling_logprobs` at the sampling
+    temperature, when it is not 1); save_state: `{path, model_id, step, format}`; load_state: `{step}`; save_weights_for_sampler: `{path, model_id}`. `path` is a model id."""
     error: OperationError | None
     tokens: int
     """Tokens this operation processed (usage)."""

@@ -17,9 +17,12 @@ from engine.algos.logits import entropy_from_logits, log_probs_and_entropy, log_
 from engine.algos.losses import (
     LOSS_AGG_MODES,
     agg_loss,
+    cispo_loss,
     cross_entropy_loss,
+    dro_loss,
     importance_sampling_loss,
     policy_loss,
+    ppo_threshold_loss,
     value_loss,
 )
 from engine.algos.masked import explained_variance, masked_mean, masked_sum, masked_var, masked_whiten
@@ -41,6 +44,7 @@ __all__ = [
     "FixedKLController",
     "agg_loss",
     "apply_kl_in_reward",
+    "cispo_loss",
     "compute_gae",
     "compute_grpo_advantages",
     "compute_reinforce_plus_plus_advantages",
@@ -49,6 +53,7 @@ __all__ = [
     "compute_rloo_advantages",
     "cross_entropy_loss",
     "dpo_loss",
+    "dro_loss",
     "entropy_from_logits",
     "explained_variance",
     "group_has_signal",
@@ -62,5 +67,6 @@ __all__ = [
     "masked_whiten",
     "overlong_penalty",
     "policy_loss",
+    "ppo_threshold_loss",
     "value_loss",
 ]

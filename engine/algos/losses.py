@@ -1,5 +1,6 @@
 """PPO losses: the clipped policy surrogate with dual clip, the clipped value loss, and aggregation;
-the token-sum losses of interactive trainers (weighted cross-entropy, importance sampling)."""
+the token-sum losses of interactive trainers (weighted cross-entropy, and Tinker's importance sampling,
+ppo, cispo and dro)."""
 
 from __future__ import annotations
 
@@ -202,3 +203,61 @@ def importance_sampling_loss(
     with torch.no_grad():
         metrics = {"ratio_mean": masked_mean(ratio, mask).item(), "sampler_kl": masked_mean(-log_ratio, mask).item()}
     return loss, metrics
+
+
+# --- Tinker's policy-gradient losses (interactive trainers) ---------------------------------------------
+#
+# Each takes `(batch, seq)` tensors: `log_prob` (the trained policy's log-probs of the target tokens, with
+# grad), `sampler_log_prob` (the sampler's, `q`), `advantages` and `mask` (the tokens that count), and
+# returns `(loss, metrics)`: a scalar token SUM (no normalisation, as Tinker's; the caller's advantages
+# carry any), and floats `ratio_mean` and `sampler_kl` over the mask. Definitions are Tinker's
+# (tinker-docs.thinkingmachines.ai/tinker/losses), token by token, with `r = exp(log_prob - sampler_log_prob)`.
+
+
+def _ratio(log_prob: torch.Tensor, sampler_log_prob: torch.Tensor,
+           mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    log_ratio = torch.clamp(log_prob - sampler_log_prob, -_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT)
+    ratio = torch.exp(log_ratio)
+    with torch.no_grad():
+        metrics = {"ratio_mean": masked_mean(ratio, mask).item(), "sampler_kl": masked_mean(-log_ratio, mask).item()}
+    return ratio, metrics
+
+
+def ppo_threshold_loss(log_prob: torch.Tensor, sampler_log_prob: torch.Tensor, advantages: torch.Tensor,
+                       mask: torch.Tensor, clip_low_threshold: float = 0.8,
+                       clip_high_threshold: float = 1.2) -> tuple[torch.Tensor, dict[str, float]]:
+    """Tinker's `ppo`: `-sum min(r A, clamp(r, clip_low_threshold, clip_high_threshold) A)`.
+
+    The thresholds are absolute ratios (not VERL's `1 -/+ clip_ratio`), and there is no dual clip:
+    with `A < 0` and `r` above the upper threshold the unclipped term `r A` is the minimum, so the
+    loss is `-r A` with gradient `-r A` per unit of log-prob (VERL's dual clip would cap it at
+    `clip_ratio_c * |A|` with no gradient). Metric `clipfrac`: share of tokens where the clipped
+    term was the minimum and differed from the unclipped one (no gradient there).
+    """
+    ratio, metrics = _ratio(log_prob, sampler_log_prob, mask)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, clip_low_threshold, clip_high_threshold) * advantages
+    loss = masked_sum(-torch.minimum(unclipped, clipped), mask)
+    with torch.no_grad():
+        metrics["clipfrac"] = masked_mean((clipped < unclipped).float(), mask).item()
+    return loss, metrics
+
+
+def cispo_loss(log_prob: torch.Tensor, sampler_log_prob: torch.Tensor, advantages: torch.Tensor,
+               mask: torch.Tensor, clip_low_threshold: float = 0.0,
+               clip_high_threshold: float = 4.0) -> tuple[torch.Tensor, dict[str, float]]:
+    """Tinker's `cispo`: `-sum sg(clamp(r, clip_low_threshold, clip_high_threshold)) log_prob A`.
+
+    The clipped ratio is a detached coefficient, so no token's gradient is ever zeroed; Tinker's
+    default clips only above (0.0, 4.0)."""
+    ratio, metrics = _ratio(log_prob, sampler_log_prob, mask)
+    coefficient = torch.clamp(ratio, clip_low_threshold, clip_high_threshold).detach()
+    return masked_sum(-coefficient * log_prob * advantages, mask), metrics
+
+
+def dro_loss(log_prob: torch.Tensor, sampler_log_prob: torch.Tensor, advantages: torch.Tensor,
+             mask: torch.Tensor, beta: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """Tinker's `dro`: `-sum (log_prob A - beta / 2 (log_prob - sampler_log_prob)^2)`."""
+    _, metrics = _ratio(log_prob, sampler_log_prob, mask)
+    objective = log_prob * advantages - 0.5 * beta * (log_prob - sampler_log_prob) ** 2
+    return masked_sum(-objective, mask), metrics

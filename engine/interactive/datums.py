@@ -21,24 +21,29 @@ from engine.errors import ConfigError, DataError
 
 OPERATIONS = ("forward_backward", "forward", "optim_step", "sample", "save_state", "load_state",
               "save_weights_for_sampler")
-LOSS_FNS = ("cross_entropy", "importance_sampling", "ppo", "dpo")
+LOSS_FNS = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro", "dpo")
 TOKEN_INPUTS = ("target_tokens",)
 FLOAT_INPUTS = ("weights", "advantages", "logprobs", "ref_logprobs")
 LOSS_INPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "cross_entropy": (("target_tokens", "weights"), ()),
     "importance_sampling": (("target_tokens", "logprobs", "advantages"), ()),
     "ppo": (("target_tokens", "logprobs", "advantages"), ()),
+    "cispo": (("target_tokens", "logprobs", "advantages"), ()),
+    "dro": (("target_tokens", "logprobs", "advantages"), ()),
     "dpo": (("target_tokens", "weights"), ("ref_logprobs",)),
 }
 """loss_fn -> (required inputs, optional inputs); any other input is refused (it would be ignored)."""
 LOSS_CONFIG: dict[str, dict[str, float]] = {
     "cross_entropy": {},
     "importance_sampling": {},
-    "ppo": {"clip_low": 0.2, "clip_high": 0.2, "clip_ratio_c": 3.0},
+    "ppo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
+    "cispo": {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0},
+    "dro": {"beta": 0.05},
     "dpo": {"beta": 0.1},
 }
-"""loss_fn -> its `loss_fn_config` keys and their defaults."""
-ADAM_DEFAULTS = {"learning_rate": 1e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.0,
+"""loss_fn -> its `loss_fn_config` keys and their defaults (Tinker's names and defaults; `dro`'s
+beta has no documented default there: 0.05 is its documentation's example)."""
+ADAM_DEFAULTS = {"learning_rate": 1e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-12, "weight_decay": 0.0,
                  "grad_clip_norm": 0.0}
 SAMPLING_DEFAULTS: dict[str, Any] = {"max_tokens": 16, "temperature": 1.0, "top_p": 1.0, "top_k": 0,
                                      "stop": [], "seed": None}
@@ -204,12 +209,10 @@ def parse_loss_config(loss_fn: str, raw: Any) -> dict[str, float]:
     out = {}
     for key, default in defaults.items():
         param = f"loss_fn_config.{key}"
-        if key == "clip_low":
-            out[key] = _number(values, key, default, param, low=0.0, high=1.0, high_open=True)
-        elif key == "clip_high":
+        if key == "clip_low_threshold":
             out[key] = _number(values, key, default, param, low=0.0)
-        elif key == "clip_ratio_c":
-            out[key] = _number(values, key, default, param, low=1.0, low_open=True)
+        elif key == "clip_high_threshold":
+            out[key] = _number(values, key, default, param, low=out["clip_low_threshold"])
         else:  # beta
             out[key] = _number(values, key, default, param, low=0.0, low_open=True)
     return out

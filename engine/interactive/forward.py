@@ -18,12 +18,14 @@ from torch import nn
 from engine import data as data_lib
 from engine import packing
 from engine.algos import (
+    cispo_loss,
     cross_entropy_loss,
     dpo_loss,
+    dro_loss,
     importance_sampling_loss,
     log_probs_from_logits,
     masked_sum,
-    policy_loss,
+    ppo_threshold_loss,
 )
 from engine.interactive.datums import ForwardRequest
 from engine.precision import Precision
@@ -108,6 +110,13 @@ class _Sums:
         return {k: s / w for k, (s, w) in self.values.items() if w > 0}
 
 
+POLICY_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, float]]]] = {
+    "importance_sampling": importance_sampling_loss, "ppo": ppo_threshold_loss, "cispo": cispo_loss,
+    "dro": dro_loss,
+}
+"""Tinker's policy-gradient losses, each called with the request's `loss_fn_config` as keywords."""
+
+
 def run_forward(model: nn.Module, request: ForwardRequest, *, device: torch.device, precision: Precision,
                 backward: bool, reference: ReferenceFn) -> dict[str, Any]:
     """Run `request` through `model`; with `backward`, add the loss's gradients to the parameters'.
@@ -152,17 +161,13 @@ def _loss(request: ForwardRequest, batch: Sequence[Any], logp: torch.Tensor, mas
         weights = column("weights")
         sums.add("weights:sum", float(weights.sum()), 1.0)
         return cross_entropy_loss(logp, weights)
-    if request.loss_fn in ("importance_sampling", "ppo"):
+    if request.loss_fn in POLICY_LOSSES:
         advantages, sampler = column("advantages"), column("logprobs")
-        counted = mask & (advantages != 0)  # tokens without advantage add nothing to the loss
+        # Tokens without advantage (prompt positions, whose `logprobs` are placeholders) count for
+        # nothing, `dro`'s quadratic penalty included.
+        counted = mask & (advantages != 0)
         n = float(counted.sum())
-        if request.loss_fn == "importance_sampling":
-            loss, stats = importance_sampling_loss(logp, sampler, advantages, counted)
-        else:
-            # A token sum, as Tinker's losses are: seq-mean-token-sum-norm with a scale of 1.
-            loss, stats = policy_loss(sampler, logp, advantages, counted, clip_ratio_low=cfg["clip_low"],
-                                      clip_ratio_high=cfg["clip_high"], clip_ratio_c=cfg["clip_ratio_c"],
-                                      loss_agg_mode="seq-mean-token-sum-norm", loss_scale_factor=1.0)
+        loss, stats = POLICY_LOSSES[request.loss_fn](logp, sampler, advantages, counted, **cfg)
         for key, value in stats.items():
             sums.add(key, value, n)
         return loss

@@ -5,10 +5,16 @@ Row `(prompt i, sample k)` draws with the seed `row_seed(seed, i, k)`, where `se
 `sampling_params.seed` or, without one, `row_seed(session seed, number of earlier sample calls)`: the
 same calls on the same weights draw the same tokens, whatever else shares the batch.
 
-The returned `logprobs` are those of `softmax(logits / temperature)` (temperature 1 when decoding
-greedily) at each drawn token, computed by a forward over prompt + continuation exactly as
-`forward` computes them, so an importance-sampling ratio starts at 1. Top-p / top-k filtering
-restricts what can be drawn but is not renormalised into these numbers.
+Two log-probs per drawn token, each from a forward over prompt + continuation:
+
+- `logprobs`: the policy's own, `softmax(logits)` (temperature 1), exactly as `forward` computes
+  them, whatever the sampling temperature: the same weights give the same numbers in both, so an
+  importance-sampling ratio starts at 1.
+- `sampling_logprobs`, only when sampling at a temperature other than 1 (and above 0): those of
+  `softmax(logits / temperature)`, the distribution the tokens were drawn from (the `logprobs`
+  input of a loss that corrects for the temperature).
+
+Top-p / top-k filtering restricts what can be drawn but is renormalised into neither.
 """
 
 from __future__ import annotations
@@ -61,7 +67,8 @@ def sample(model: nn.Module, tokenizer: Any, request: SampleRequest, prompts: Se
     """Generate `request.num_samples` continuations of each of `prompts` (token ids).
 
     Returns:
-        `{"sequences": [{"prompt_index", "tokens", "text", "logprobs", "stop_reason"}], "tokens"}`,
+        `{"sequences": [{"prompt_index", "tokens", "text", "logprobs", "stop_reason"} (and
+        "sampling_logprobs", see above)], "tokens"}`,
         prompt-major; `tokens` counts prompt and generated tokens of every row.
     """
     rows = [(i, k) for i in range(len(prompts)) for k in range(request.num_samples)]
@@ -80,16 +87,19 @@ def sample(model: nn.Module, tokenizer: Any, request: SampleRequest, prompts: Se
         sequences.append({"prompt_index": i, "tokens": tokens,
                           "text": tokenizer.decode(tokens, skip_special_tokens=True),
                           "stop_reason": "stop" if stopped else "length"})
-    temperature = request.temperature if request.temperature > 0 else 1.0
-    _score(model, [prompts[i] for i, _ in rows], sequences, temperature, device, precision)
+    _score(model, [prompts[i] for i, _ in rows], sequences, 1.0, device, precision, "logprobs")
+    if request.temperature > 0 and request.temperature != 1.0:
+        _score(model, [prompts[i] for i, _ in rows], sequences, request.temperature, device, precision,
+               "sampling_logprobs")
     total = sum(len(prompts[i]) + len(s["tokens"]) for (i, _), s in zip(rows, sequences))
     return {"sequences": sequences, "tokens": total}
 
 
 @torch.no_grad()
 def _score(model: nn.Module, prompts: Sequence[list[int]], sequences: list[dict[str, Any]], temperature: float,
-           device: torch.device, precision: Precision) -> None:
-    """Fill each sequence's `logprobs`: one forward over prompt + continuation (minus its last token)."""
+           device: torch.device, precision: Precision, field: str) -> None:
+    """Fill each sequence's `field` with the log-probs of its tokens at `temperature`: one forward
+    over prompt + continuation (minus its last token)."""
     seqs = [p + s["tokens"][:-1] for p, s in zip(prompts, sequences)]
     targets = [p[1:] + s["tokens"] for p, s in zip(prompts, sequences)]
     was_training = model.training
@@ -102,6 +112,6 @@ def _score(model: nn.Module, prompts: Sequence[list[int]], sequences: list[dict[
             logp = logp.cpu()
             for row, i in enumerate(index):
                 n, end = len(sequences[i]["tokens"]), len(seqs[i])
-                sequences[i]["logprobs"] = logp[row, end - n:end].tolist()
+                sequences[i][field] = logp[row, end - n:end].tolist()
     finally:
         model.train(was_training)

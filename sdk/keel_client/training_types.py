@@ -104,7 +104,7 @@ class AdamParams:
     learning_rate: float = 1e-4
     beta1: float = 0.9
     beta2: float = 0.95
-    eps: float = 1e-8
+    eps: float = 1e-12  # Tinker's default, as the server's
     weight_decay: float = 0.0
     grad_clip_norm: float = 0.0
     """0: no clipping."""

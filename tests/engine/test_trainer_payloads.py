@@ -61,12 +61,15 @@ BAD = [
     ("forward_backward", fb([datum(ref_logprobs=[0.0] * 4), datum()], loss_fn="dpo"), DataError,
      "data[1].loss_fn_inputs.ref_logprobs"),
     ("forward_backward", fb([datum(), {"model_input": [1], "loss_fn_inputs": {}, "x": 1}]), DataError, "data[1].x"),
-    ("forward_backward", fb([is_datum()], loss_fn="ppo", loss_fn_config={"clip_low": 1.0}), ConfigError,
-     "loss_fn_config.clip_low"),
-    ("forward_backward", fb([is_datum()], loss_fn="ppo", loss_fn_config={"clip_ratio_c": 1.0}), ConfigError,
-     "loss_fn_config.clip_ratio_c"),
-    ("forward_backward", fb([is_datum()], loss_fn="ppo", loss_fn_config={"clip_high": -0.1}), ConfigError,
-     "loss_fn_config.clip_high"),
+    ("forward_backward", fb([is_datum()], loss_fn="ppo", loss_fn_config={"clip_low_threshold": -0.1}),
+     ConfigError, "loss_fn_config.clip_low_threshold"),
+    ("forward_backward", fb([is_datum()], loss_fn="ppo", loss_fn_config={"clip_ratio_c": 3.0}), ConfigError,
+     "loss_fn_config.clip_ratio_c"),  # VERL's dual clip: not Tinker's ppo
+    ("forward_backward", fb([is_datum()], loss_fn="cispo", loss_fn_config={"clip_high_threshold": 0.5,
+                                                                           "clip_low_threshold": 0.9}),
+     ConfigError, "loss_fn_config.clip_high_threshold"),
+    ("forward_backward", fb([is_datum()], loss_fn="dro", loss_fn_config={"beta": 0}), ConfigError,
+     "loss_fn_config.beta"),
     ("forward_backward", fb([datum(), datum()], loss_fn="dpo", loss_fn_config={"beta": 0}), ConfigError,
      "loss_fn_config.beta"),
     ("forward_backward", fb([datum()], loss_fn_config={"beta": 0.1}), ConfigError, "loss_fn_config.beta"),
@@ -129,14 +132,17 @@ def test_vocabulary_and_length_are_checked_when_known():
 
 def test_defaults_are_filled_in():
     adam = parse("optim_step", {})
-    assert adam == {"learning_rate": 1e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.0,
+    assert adam == {"learning_rate": 1e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-12, "weight_decay": 0.0,
                     "grad_clip_norm": 0.0}
     request = parse("sample", {"prompts": ["x"], "sampling_params": {"stop": "\n", "top_k": -1}})
     assert (request.max_tokens, request.temperature, request.top_p, request.top_k, request.num_samples) == (
         16, 1.0, 1.0, 0, 1)
     assert request.stop_strings == ["\n"] and request.stop_tokens == [] and request.seed is None
     forward = parse("forward", fb([is_datum(), is_datum()], loss_fn="ppo"))
-    assert forward.config == {"clip_low": 0.2, "clip_high": 0.2, "clip_ratio_c": 3.0} and forward.tokens == 8
+    assert forward.config == {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2} and forward.tokens == 8
+    assert parse("forward", fb([is_datum()], loss_fn="cispo")).config == {"clip_low_threshold": 0.0,
+                                                                         "clip_high_threshold": 4.0}
+    assert parse("forward", fb([is_datum()], loss_fn="dro")).config == {"beta": 0.05}
     assert parse("load_state", {"path": "/x"}) == ("/x", True)
 
 

@@ -130,7 +130,9 @@ def test_sample_logprobs_equal_a_forward_over_the_same_tokens(demo_assets, tmp_p
         n = len(s["tokens"])
         assert len(s["logprobs"]) == n
         assert f["logprobs"][-n:] == pytest.approx(s["logprobs"], abs=1e-5)
-    # At another temperature the numbers are those of softmax(logits / T), not the model's own.
+        assert "sampling_logprobs" not in s  # temperature 1: the same numbers
+    # At another temperature `logprobs` are still the model's own (as `forward` gives them), and
+    # `sampling_logprobs` those of softmax(logits / T), the distribution drawn from.
     hot = session.run("sample", {"prompts": prompts[:1], "sampling_params": {"max_tokens": 12, "seed": 1,
                                                                              "temperature": 2.0}})
     first = hot["sequences"][0]
@@ -138,11 +140,12 @@ def test_sample_logprobs_equal_a_forward_over_the_same_tokens(demo_assets, tmp_p
     own = session.run("forward", {"data": [{"model_input": tokens[:-1], "loss_fn_inputs": {
         "target_tokens": tokens[1:], "weights": [0.0] * (len(tokens) - 1)}}], "loss_fn": "cross_entropy"})
     own = own["loss_fn_outputs"][0]["logprobs"][-len(first["tokens"]):]
-    assert max(abs(a - b) for a, b in zip(own, first["logprobs"])) > 0.1
+    assert first["logprobs"] == pytest.approx(own, abs=1e-5)
+    assert max(abs(a - b) for a, b in zip(own, first["sampling_logprobs"])) > 0.1
     with torch.no_grad():
         logits = session.model(input_ids=torch.tensor([tokens[:-1]])).logits[0, len(prompts[0]) - 1:]
     hot_logps = torch.log_softmax(logits / 2.0, -1).gather(-1, torch.tensor(first["tokens"])[:, None])[:, 0]
-    assert first["logprobs"] == pytest.approx(hot_logps.tolist(), abs=1e-5)
+    assert first["sampling_logprobs"] == pytest.approx(hot_logps.tolist(), abs=1e-5)
 
 
 def test_sampling_knobs(demo_assets, tmp_path):
@@ -223,12 +226,12 @@ def test_cross_entropy_is_minus_the_weighted_sum_and_counts_tokens(demo_assets, 
 
 
 @pytest.mark.parametrize(("ratio", "advantage", "config", "per_token"), [
-    (1.5, 1.0, {}, -1.2),                              # clipped at 1 + clip_high
-    (1.5, 1.0, {"clip_high": 0.4}, -1.4),
-    (0.5, -1.0, {}, 0.8),                              # clipped at 1 - clip_low
-    (0.5, -1.0, {"clip_low": 0.3}, 0.7),
-    (5.0, -1.0, {}, 3.0),                              # dual clip at clip_ratio_c
-    (5.0, -1.0, {"clip_ratio_c": 4.0}, 4.0),
+    (1.5, 1.0, {}, -1.2),                              # clipped at clip_high_threshold 1.2
+    (1.5, 1.0, {"clip_high_threshold": 1.4}, -1.4),
+    (0.5, -1.0, {}, 0.8),                              # clipped at clip_low_threshold 0.8
+    (0.5, -1.0, {"clip_low_threshold": 0.7}, 0.7),
+    (5.0, -1.0, {}, 5.0),                              # Tinker's ppo has no dual clip (VERL's gave 3.0)
+    (5.0, 1.0, {"clip_low_threshold": 0.5, "clip_high_threshold": 2.0}, -2.0),
 ])
 def test_ppo_clips_as_configured(demo_assets, tmp_path, sft_datums, ratio, advantage, config, per_token):
     session = make(demo_assets, tmp_path)
@@ -246,6 +249,29 @@ def test_ppo_clips_as_configured(demo_assets, tmp_path, sft_datums, ratio, advan
     sampling = session.run("forward", {"data": ppo, "loss_fn": "importance_sampling"})
     assert sampling["metrics"]["loss:sum"] == pytest.approx(-ratio * advantage * counted, rel=1e-4)
     assert sampling["metrics"]["ratio_mean"] == pytest.approx(ratio, rel=1e-4)
+
+
+@pytest.mark.parametrize(("loss_fn", "config", "per_token"), [
+    ("cispo", {}, lambda r, lp, a: -min(max(r, 0.0), 4.0) * lp * a),
+    ("cispo", {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}, lambda r, lp, a: -min(max(r, 0.8), 1.2) * lp * a),
+    ("dro", {}, lambda r, lp, a: -(lp * a - 0.5 * 0.05 * math.log(r) ** 2)),
+    ("dro", {"beta": 1.0}, lambda r, lp, a: -(lp * a - 0.5 * math.log(r) ** 2)),
+])
+def test_cispo_and_dro_are_tinkers(demo_assets, tmp_path, sft_datums, loss_fn, config, per_token):
+    session = make(demo_assets, tmp_path)
+    data = sft_datums(2)
+    current = _policy_logprobs(session, data)
+    ratio, advantage = 3.0, -1.0
+    rows, expected = [], 0.0
+    for d, lp in zip(data, current):
+        n = len(lp)
+        advantages = [advantage] * (n - 2) + [0.0, 0.0]  # zero advantage: the token counts for nothing
+        rows.append({"model_input": d["model_input"], "loss_fn_inputs": {
+            "target_tokens": d["loss_fn_inputs"]["target_tokens"], "logprobs": [x - math.log(ratio) for x in lp],
+            "advantages": advantages}})
+        expected += sum(per_token(ratio, x, a) for x, a in zip(lp, advantages) if a)
+    out = session.run("forward", {"data": rows, "loss_fn": loss_fn, "loss_fn_config": config})
+    assert out["metrics"]["loss:sum"] == pytest.approx(expected, rel=1e-4)
 
 
 def test_dpo_beta_and_given_reference_logprobs(demo_assets, tmp_path, sft_datums):

@@ -75,7 +75,7 @@ def test_a_call_is_queued_with_its_location(client, auth, db, trainer, sent):
     r2 = client.post(f"/v1/trainers/{trainer['id']}/optim_step", headers=auth, json={"adam_params": {"learning_rate": 0.01}})
     assert r2.status_code == 202 and r2.json()["seq"] == 2
     stored = db.get(TrainerOperation, r2.json()["id"]).request
-    assert stored["adam_params"] == {"learning_rate": 0.01, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8,
+    assert stored["adam_params"] == {"learning_rate": 0.01, "beta1": 0.9, "beta2": 0.95, "eps": 1e-12,
                                      "weight_decay": 0.0, "grad_clip_norm": 0.0}
     listed = client.get(f"/v1/trainers/{trainer['id']}/operations", headers=auth).json()["data"]
     assert [o["seq"] for o in listed] == [2, 1]

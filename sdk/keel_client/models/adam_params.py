@@ -17,7 +17,7 @@ class AdamParams:
     Attributes:
         beta1 (float | Unset):  Default: 0.9.
         beta2 (float | Unset):  Default: 0.95.
-        eps (float | Unset):  Default: 1e-08.
+        eps (float | Unset): Tinker's default. Default: 1e-12.
         grad_clip_norm (float | Unset): Clip the global gradient norm to this (0 = no clipping). Default: 0.0.
         learning_rate (float | Unset):  Default: 0.0001.
         weight_decay (float | Unset):  Default: 0.0.
@@ -25,7 +25,7 @@ class AdamParams:
 
     beta1: float | Unset = 0.9
     beta2: float | Unset = 0.95
-    eps: float | Unset = 1e-08
+    eps: float | Unset = 1e-12
     grad_clip_norm: float | Unset = 0.0
     learning_rate: float | Unset = 0.0001
     weight_decay: float | Unset = 0.0

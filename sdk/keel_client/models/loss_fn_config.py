@@ -12,18 +12,21 @@ T = TypeVar("T", bound="LossFnConfig")
 
 @_attrs_define
 class LossFnConfig:
-    """
+    """Tinker's names and meanings; `r` is the ratio of the trained to the sampling policy.
+
     Attributes:
-        beta (float | None | Unset): `dpo`: the KL penalty (default 0.1).
-        clip_high (float | None | Unset): `ppo`: the ratio's upper clip is 1 + clip_high (default 0.2).
-        clip_low (float | None | Unset): `ppo`: the ratio's lower clip is 1 - clip_low (default 0.2).
-        clip_ratio_c (float | None | Unset): `ppo`: dual-clip bound for negative advantages (default 3.0).
+        beta (float | None | Unset): `dpo`: the KL penalty (default 0.1); `dro`: the quadratic penalty's weight (default
+            0.05).
+        clip_high_threshold (float | None | Unset): `ppo`, `cispo`: the highest `r` counts as, at least
+            `clip_low_threshold` (default 1.2 for `ppo`,
+            4.0 for `cispo`).
+        clip_low_threshold (float | None | Unset): `ppo`, `cispo`: the lowest `r` counts as (an absolute ratio; default
+            0.8 for `ppo`, 0.0 for `cispo`).
     """
 
     beta: float | None | Unset = UNSET
-    clip_high: float | None | Unset = UNSET
-    clip_low: float | None | Unset = UNSET
-    clip_ratio_c: float | None | Unset = UNSET
+    clip_high_threshold: float | None | Unset = UNSET
+    clip_low_threshold: float | None | Unset = UNSET
 
     def to_dict(self) -> dict[str, Any]:
         beta: float | None | Unset
@@ -32,35 +35,27 @@ class LossFnConfig:
         else:
             beta = self.beta
 
-        clip_high: float | None | Unset
-        if isinstance(self.clip_high, Unset):
-            clip_high = UNSET
+        clip_high_threshold: float | None | Unset
+        if isinstance(self.clip_high_threshold, Unset):
+            clip_high_threshold = UNSET
         else:
-            clip_high = self.clip_high
+            clip_high_threshold = self.clip_high_threshold
 
-        clip_low: float | None | Unset
-        if isinstance(self.clip_low, Unset):
-            clip_low = UNSET
+        clip_low_threshold: float | None | Unset
+        if isinstance(self.clip_low_threshold, Unset):
+            clip_low_threshold = UNSET
         else:
-            clip_low = self.clip_low
-
-        clip_ratio_c: float | None | Unset
-        if isinstance(self.clip_ratio_c, Unset):
-            clip_ratio_c = UNSET
-        else:
-            clip_ratio_c = self.clip_ratio_c
+            clip_low_threshold = self.clip_low_threshold
 
         field_dict: dict[str, Any] = {}
 
         field_dict.update({})
         if beta is not UNSET:
             field_dict["beta"] = beta
-        if clip_high is not UNSET:
-            field_dict["clip_high"] = clip_high
-        if clip_low is not UNSET:
-            field_dict["clip_low"] = clip_low
-        if clip_ratio_c is not UNSET:
-            field_dict["clip_ratio_c"] = clip_ratio_c
+        if clip_high_threshold is not UNSET:
+            field_dict["clip_high_threshold"] = clip_high_threshold
+        if clip_low_threshold is not UNSET:
+            field_dict["clip_low_threshold"] = clip_low_threshold
 
         return field_dict
 
@@ -77,38 +72,28 @@ class LossFnConfig:
 
         beta = _parse_beta(d.pop("beta", UNSET))
 
-        def _parse_clip_high(data: object) -> float | None | Unset:
+        def _parse_clip_high_threshold(data: object) -> float | None | Unset:
             if data is None:
                 return data
             if isinstance(data, Unset):
                 return data
             return cast(float | None | Unset, data)
 
-        clip_high = _parse_clip_high(d.pop("clip_high", UNSET))
+        clip_high_threshold = _parse_clip_high_threshold(d.pop("clip_high_threshold", UNSET))
 
-        def _parse_clip_low(data: object) -> float | None | Unset:
+        def _parse_clip_low_threshold(data: object) -> float | None | Unset:
             if data is None:
                 return data
             if isinstance(data, Unset):
                 return data
             return cast(float | None | Unset, data)
 
-        clip_low = _parse_clip_low(d.pop("clip_low", UNSET))
-
-        def _parse_clip_ratio_c(data: object) -> float | None | Unset:
-            if data is None:
-                return data
-            if isinstance(data, Unset):
-                return data
-            return cast(float | None | Unset, data)
-
-        clip_ratio_c = _parse_clip_ratio_c(d.pop("clip_ratio_c", UNSET))
+        clip_low_threshold = _parse_clip_low_threshold(d.pop("clip_low_threshold", UNSET))
 
         loss_fn_config = cls(
             beta=beta,
-            clip_high=clip_high,
-            clip_low=clip_low,
-            clip_ratio_c=clip_ratio_c,
+            clip_high_threshold=clip_high_threshold,
+            clip_low_threshold=clip_low_threshold,
         )
 
         return loss_fn_config

@@ -15,9 +15,10 @@ class LossFnInputs:
     """Per-position inputs of the loss, each as long as the datum's `model_input`.
 
     Attributes:
-        advantages (list[float] | None | Unset): `importance_sampling` and `ppo`.
-        logprobs (list[float] | None | Unset): The sampler's log-probabilities of `target_tokens`: `importance_sampling`
-            and `ppo`.
+        advantages (list[float] | None | Unset): `importance_sampling`, `ppo`, `cispo`, `dro` (0: the position counts
+            for nothing).
+        logprobs (list[float] | None | Unset): The sampler's log-probabilities of `target_tokens`:
+            `importance_sampling`, `ppo`, `cispo`, `dro`.
         ref_logprobs (list[float] | None | Unset): `dpo`: the reference model's log-probabilities (default: computed
             from the trainer's reference).
         target_tokens (list[int] | None | Unset): The token each position predicts (every `loss_fn`).

@@ -237,3 +237,53 @@ def test_policy_loss_with_scale_one_is_a_token_sum():
     loss, _ = policy_loss(torch.zeros(2, 4), log_prob, ADV, MASK, loss_agg_mode="seq-mean-token-sum-norm",
                           loss_scale_factor=1.0)
     assert loss.item() == pytest.approx(-1.2 - 0.5 + 0.8 + 3.0 - 2.4 + 1.0)
+
+
+# --- Tinker's policy-gradient losses, by hand ---------------------------------------------------------------
+
+def _one_token(ratio: float):
+    """A single token whose trained log-prob (a leaf with grad) is log(ratio) above the sampler's 0."""
+    log_prob = torch.tensor([[math.log(ratio)]], dtype=torch.float64, requires_grad=True)
+    return log_prob, torch.zeros(1, 1, dtype=torch.float64), torch.ones(1, 1, dtype=torch.bool)
+
+
+@pytest.mark.parametrize(("ratio", "advantage", "thresholds", "loss", "grad"), [
+    # -min(r A, clamp(r, lo, hi) A); d/dlogp of r A is r A.
+    (5.0, -1.0, (0.8, 1.2), 5.0, 5.0),   # no dual clip: VERL's gave loss 3.0 and gradient 0
+    (5.0, 1.0, (0.8, 1.2), -1.2, 0.0),   # clipped: no gradient
+    (0.5, -1.0, (0.8, 1.2), 0.8, 0.0),
+    (0.5, 1.0, (0.8, 1.2), -0.5, -0.5),
+    (1.1, 2.0, (0.8, 1.2), -2.2, -2.2),  # inside the thresholds
+    (1.5, 1.0, (0.5, 2.0), -1.5, -1.5),  # absolute thresholds, not 1 -/+ eps
+])
+def test_tinker_ppo_by_hand(ratio, advantage, thresholds, loss, grad):
+    from engine.algos import ppo_threshold_loss
+
+    log_prob, sampler, mask = _one_token(ratio)
+    value, metrics = ppo_threshold_loss(log_prob, sampler, torch.full((1, 1), advantage, dtype=torch.float64),
+                                        mask, *thresholds)
+    value.backward()
+    assert float(value.detach()) == pytest.approx(loss)
+    assert float(log_prob.grad) == pytest.approx(grad)
+    assert metrics["ratio_mean"] == pytest.approx(ratio)
+
+
+def test_tinker_cispo_and_dro_by_hand():
+    from engine.algos import cispo_loss, dro_loss
+
+    # cispo: -sg(clamp(r, lo, hi)) logp A; r = 5 clipped to 4 (default upper threshold), logp = log 5.
+    log_prob, sampler, mask = _one_token(5.0)
+    advantage = torch.full((1, 1), -1.0, dtype=torch.float64)
+    value, _ = cispo_loss(log_prob, sampler, advantage, mask)
+    value.backward()
+    assert float(value.detach()) == pytest.approx(4.0 * math.log(5.0))
+    assert float(log_prob.grad) == pytest.approx(4.0)  # the coefficient, detached
+    log_prob, sampler, mask = _one_token(0.5)
+    cispo_loss(log_prob, sampler, torch.ones(1, 1, dtype=torch.float64), mask, 0.8, 1.2)[0].backward()
+    assert float(log_prob.grad) == pytest.approx(-0.8)  # lower threshold: still a gradient
+    # dro: -(logp A - beta/2 (logp - q)^2); d/dlogp = -A + beta (logp - q).
+    log_prob, sampler, mask = _one_token(math.e)  # logp - q = 1
+    value, _ = dro_loss(log_prob, sampler, torch.full((1, 1), 2.0, dtype=torch.float64), mask, beta=0.5)
+    value.backward()
+    assert float(value.detach()) == pytest.approx(-(1.0 * 2.0 - 0.25))
+    assert float(log_prob.grad) == pytest.approx(-2.0 + 0.5)
