@@ -167,6 +167,8 @@ class SampledSequence:
     stop_reason: str
     text: str = ""
     prompt_index: int = 0
+    sampling_logprobs: list[float] | None = None
+    """At the sampling temperature when it was not 1 (`logprobs` are at temperature 1, as `forward`'s)."""
 
 
 @dataclass
@@ -179,7 +181,8 @@ class SampleResponse:
     @classmethod
     def from_json(cls, result: dict[str, Any], tokens: int) -> SampleResponse:
         return cls([SampledSequence(list(s["tokens"]), list(s.get("logprobs") or []), s.get("stop_reason", ""),
-                                    s.get("text", ""), int(s.get("prompt_index", 0)))
+                                    s.get("text", ""), int(s.get("prompt_index", 0)),
+                                    list(s["sampling_logprobs"]) if s.get("sampling_logprobs") else None)
                     for s in result.get("sequences") or []], tokens)
 
 
