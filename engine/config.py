@@ -92,6 +92,9 @@ class TrainerConfig:
     """Checkpoint every N steps (-1: only at the end)."""
     test_freq: int = -1
     """Validate every N steps (-1: only at the end)."""
+    val_before_train: bool = True
+    """PPO: validate once before the first step (logged at step 0), the baseline every later
+    validation is read against (with validation data; a resumed run does not repeat it)."""
     critic_warmup: int = 0
     """PPO only: steps that train the critic before the actor starts updating."""
     max_duration_s: float | None = None
@@ -312,6 +315,24 @@ class FilterGroupsConfig:
     the step trains on the groups it has and warns."""
 
 
+@dataclass(frozen=True)
+class RolloutCorrectionConfig:
+    """Correct for the gap between the rollout engine's log-probs and the trainer's on the same
+    tokens (VERL: `algorithm.rollout_correction`; Liu, Li et al. 2025, "When Speed Kills
+    Stability"): importance weights pi_old / pi_rollout in the policy loss."""
+
+    rollout_is: Literal["token", "sequence"] | None = None
+    """Truncated importance sampling (TIS): each token (`token`) or each sequence (`sequence`, the
+    product over its tokens) weighted by the ratio, capped at `rollout_is_threshold` (None: off)."""
+    rollout_is_threshold: float = 2.0
+    """Upper cap of the importance weights."""
+    rollout_rs: Literal["token", "sequence"] | None = None
+    """Masked importance sampling (MIS, rejection): tokens (`token`) or whole sequences (`sequence`)
+    whose ratio lies outside [1 / rollout_rs_threshold, rollout_rs_threshold] leave the loss (None: off)."""
+    rollout_rs_threshold: float = 2.0
+    """Rejection bound (> 1)."""
+
+
 AdvEstimator = Literal["gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax"]
 GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
 """Estimators whose baseline is the other samples of the same prompt."""
@@ -332,6 +353,7 @@ class AlgorithmConfig:
     kl_ctrl: KLControlConfig = KLControlConfig()
     norm_adv_by_std_in_grpo: bool = True
     filter_groups: FilterGroupsConfig = FilterGroupsConfig()
+    rollout_correction: RolloutCorrectionConfig = RolloutCorrectionConfig()
 
 
 @dataclass(frozen=True)
@@ -364,6 +386,18 @@ class GuardrailConfig:
     step_timeout_s: float = 3600.0
     """A step longer than this fails the job with `step_timeout`."""
     reward_filter: RewardFilterConfig = RewardFilterConfig()
+    min_entropy: float | None = None
+    """Collapse: `actor/entropy` (mean per-token entropy of the update's samples) below this trips
+    `collapse_action` (None: off)."""
+    min_distinct_ratio: float | None = None
+    """Collapse: `val/distinct_responses` (distinct responses / validation prompts) below this trips
+    `collapse_action` (None: off)."""
+    collapse_action: Literal["warn", "rollback"] = "warn"
+    """What a collapse does: `warn` reports `collapse` (with decoded samples); `rollback` also
+    restores the state before the step, as a KL rollback does."""
+    max_logprob_diff: float | None = None
+    """`rollout/logprob_diff/mean` (mean |rollout engine log-prob - trainer log-prob| per token)
+    above this reports `logprob_gap` (None: off)."""
 
 
 @dataclass(frozen=True)
@@ -542,6 +576,18 @@ def _check(config: Any, prefix: str) -> None:
                 fail(name, f"{name} must lie in (0, 1)")
     if isinstance(config, OptimConfig) and config.lr <= 0:
         fail("lr", "lr must be positive")
+    if isinstance(config, RolloutCorrectionConfig):
+        if not config.rollout_is_threshold > 0:
+            fail("rollout_is_threshold", "rollout_is_threshold must be positive")
+        if not config.rollout_rs_threshold > 1:
+            fail("rollout_rs_threshold", "rollout_rs_threshold must be above 1")
+    if isinstance(config, GuardrailConfig):
+        if config.min_entropy is not None and config.min_entropy < 0:
+            fail("min_entropy", "min_entropy must not be negative")
+        if config.min_distinct_ratio is not None and not 0.0 <= config.min_distinct_ratio <= 1.0:
+            fail("min_distinct_ratio", "min_distinct_ratio must lie in [0, 1]")
+        if config.max_logprob_diff is not None and not config.max_logprob_diff > 0:
+            fail("max_logprob_diff", "max_logprob_diff must be positive")
     if isinstance(config, RolloutConfig) and not 0.0 < config.gpu_memory_utilization <= 1.0:
         fail("gpu_memory_utilization", "gpu_memory_utilization must lie in (0, 1]")
     for name in ("max_duration_s", "step_timeout_s"):

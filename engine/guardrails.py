@@ -1,5 +1,6 @@
 """The recipe's monitoring points as code: judge a step (KL, non-finite numbers), filter unreliable
-rewards (PF-PPO), and compare validation with training reward (overfitting).
+rewards (PF-PPO), compare validation with training reward (overfitting) and notice generations
+collapsing (low entropy, the same response to every prompt, one repeated token).
 
 Pure functions and small containers; `engine.ppo` acts on what they decide (rollback, warnings,
 `Diverged`).
@@ -18,7 +19,12 @@ from engine.algos import kl_penalty, masked_mean
 from engine.config import GuardrailConfig
 
 OVERFIT_MARGIN = 0.05
-"""The recipe's evaluation gate: validation reward > training reward - 0.05."""
+"""The recipe's evaluation gate: validation reward > training reward - 0.05 (rewards in [0, 1])."""
+OVERFIT_SPREAD = 0.5
+"""... and for rewards of any scale (a reward model's scores are unbounded): validation may trail
+training by half a standard deviation of the training samples' scores before it counts."""
+REPEAT_MIN_TOKENS = 4
+"""A response of at least this many tokens, all one token id (EOS aside), is degenerate."""
 
 
 @dataclass(frozen=True)
@@ -138,7 +144,62 @@ class ReplayBuffer:
         self.rows = list(state.get("rows", []))[-self.capacity:] if self.capacity > 0 else []
 
 
-def overfit_gap(train_reward: float, val_reward: float) -> tuple[float, bool]:
-    """`(train - val, overfit)`: overfitting when validation trails training by more than 0.05."""
+def overfit_gap(train_reward: float, val_reward: float, spread: float = 0.0) -> tuple[float, float, bool]:
+    """`(train - val, margin, overfit)`: overfitting when validation trails training by more than
+    `margin` = max(0.05, 0.5 * spread).
+
+    A fixed 0.05 means something for rewards in [0, 1] only; on a reward model's unbounded scores
+    the sampled training reward and the validation reward differ by more than that on every run
+    (other prompts, other decoding). `spread` is the standard deviation of the training samples'
+    scores, the scale the gap is read on.
+    """
     gap = train_reward - val_reward
-    return gap, gap > OVERFIT_MARGIN
+    margin = max(OVERFIT_MARGIN, OVERFIT_SPREAD * spread) if math.isfinite(spread) else OVERFIT_MARGIN
+    return gap, margin, gap > margin
+
+
+def distinct_ratio(responses: Sequence[Sequence[int]]) -> float:
+    """Distinct responses / responses (1.0 for none): 1/n when every prompt got the same answer."""
+    if not responses:
+        return 1.0
+    return len({tuple(r) for r in responses}) / len(responses)
+
+
+def is_repeated_token(response: Sequence[int], eos_ids: Sequence[int] = ()) -> bool:
+    """One token id repeated (`REPEAT_MIN_TOKENS` or more times; a final EOS aside)."""
+    body = list(response)
+    if body and body[-1] in eos_ids:
+        body = body[:-1]
+    return len(body) >= REPEAT_MIN_TOKENS and len(set(body)) == 1
+
+
+def judge_collapse(entropy: float | None, responses: Sequence[Sequence[int]] | None, cfg: GuardrailConfig,
+                   eos_ids: Sequence[int] = ()) -> Verdict:
+    """Generations degenerate: `entropy` (`actor/entropy`) below `min_entropy`, or the distinct
+    share of `responses` (one per validation prompt; None: not validated this step) below
+    `min_distinct_ratio`. The verdict's action is `collapse_action`; evidence names the measures and
+    the indices of up to 3 offending responses (repeated-token ones first)."""
+    reasons: list[str] = []
+    evidence: dict[str, Any] = {}
+    if entropy is not None:
+        evidence.update(entropy=entropy, min_entropy=cfg.min_entropy)
+        if cfg.min_entropy is not None and entropy < cfg.min_entropy:
+            reasons.append(f"entropy {entropy:.4f} below min_entropy {cfg.min_entropy}")
+    if responses is not None:
+        ratio = distinct_ratio(responses)
+        repeated = [i for i, r in enumerate(responses) if is_repeated_token(r, eos_ids)]
+        evidence.update(distinct_ratio=ratio, min_distinct_ratio=cfg.min_distinct_ratio,
+                        repeated_token_responses=len(repeated))
+        if cfg.min_distinct_ratio is not None and ratio < cfg.min_distinct_ratio:
+            reasons.append(f"{ratio:.2f} of the validation responses are distinct "
+                           f"(below min_distinct_ratio {cfg.min_distinct_ratio})")
+        if reasons:
+            counts: dict[tuple[int, ...], int] = {}
+            for r in responses:
+                counts[tuple(r)] = counts.get(tuple(r), 0) + 1
+            common = max(counts, key=counts.__getitem__)
+            ranked = repeated + [i for i, r in enumerate(responses) if tuple(r) == common and i not in repeated]
+            evidence["sample_rows"] = ranked[:3]
+    if not reasons:
+        return Verdict("ok", "", evidence)
+    return Verdict(cfg.collapse_action, "generations collapsed: " + "; ".join(reasons), evidence)

@@ -24,15 +24,25 @@ schedules, KL controller, data position) from an in-memory snapshot, halves the 
 warning and retries the step; after `max_rollbacks` rollbacks the next one raises `Diverged`.
 A rolled-back step never reported metrics, so step numbers are never repeated. KL above
 `warn_kl` reports `kl_high`. At the end, `val/overfit_gap` = training reward (mean over the last
-epoch's steps) - `val/reward/mean`, with an `overfit` warning above 0.05.
+epoch's steps) - `val/reward/mean`, with an `overfit` warning above max(0.05, half the training
+scores' standard deviation). Collapse (`min_entropy` on `actor/entropy`, `min_distinct_ratio` on
+`val/distinct_responses`) warns with decoded samples or rolls back (`collapse_action`);
+`rollout/logprob_diff/*` above `max_logprob_diff` warns (`logprob_gap`). With validation data the
+untrained policy is validated first (`trainer.val_before_train`, step 0).
+
+Weight sync: every rollout batch carries its policy version (the backend's sync count and weights
+fingerprint); the actor refuses a batch from other weights (`weight_sync_failed`).
 
 Resume: checkpoints (`step_<N>`, atomic) hold the actor and critic (weights, optimizers, LR
 schedules) and the loop state (step, data position, KL controller, mitigations, reward history);
 sampling uses counter-based seeds per (job seed, batch, row), so a resumed job continues exactly.
+A resume checks that the recorded step, data position and actor schedule agree (else
+`invalid_checkpoint`) and logs where it continues.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -47,6 +57,7 @@ from engine.algos import (
     kl_penalty,
     masked_mean,
 )
+from engine.algos.correction import logprob_gap
 from engine.artifacts import for_request, is_remote, join
 from engine.checkpoint import COMPLETE, CheckpointError, atomic_dir, step_dir
 from engine.cluster import connect
@@ -57,6 +68,8 @@ from engine.errors import Cancelled, ConfigError, DataError, Diverged, Paused, S
 from engine.guardrails import (
     ReplayBuffer,
     Verdict,
+    distinct_ratio,
+    judge_collapse,
     judge_step,
     overfit_gap,
     reward_filter_mask,
@@ -126,6 +139,8 @@ class PPOTrainer:
         self.lr_scale = 1.0
         self.clip_ratio: float | None = None
         self.train_scores: list[float] = []
+        self.train_spreads: list[float] = []
+        self.val_responses: list[list[int]] | None = None
         self.final_metrics: dict[str, float] = {}
         self.roles: Any = None
         self._perms: dict[int, list[int]] = {}
@@ -135,7 +150,7 @@ class PPOTrainer:
     def _load_data(self) -> None:
         cfg, req = self.cfg, self.request
         tokenizer = load_tokenizer(self.artifacts.stage(req.model_path))
-        self.pad_id = tokenizer.pad_token_id
+        self.tokenizer, self.pad_id = tokenizer, tokenizer.pad_token_id
         rows = load_rows(self.artifacts.stage(req.training_file), "prompts")
         self.train = tokenize_prompts(rows, tokenizer, cfg.data.max_prompt_length, cfg.data.truncation,
                                       filter_overlong_prompts=cfg.data.filter_overlong_prompts)
@@ -198,14 +213,16 @@ class PPOTrainer:
         return {"step": self.step, "consumed": self.consumed, "kl_ctrl": self.kl_ctrl.state_dict(),
                 "rollbacks": self.rollbacks, "rollback_history": list(self.rollback_history),
                 "lr_scale": self.lr_scale, "clip_ratio": self.clip_ratio,
-                "train_scores": list(self.train_scores), "replay": self.replay.state_dict(),
-                "seed": self.request.seed}
+                "train_scores": list(self.train_scores), "train_spreads": list(self.train_spreads),
+                "replay": self.replay.state_dict(), "seed": self.request.seed,
+                "actor_updates": max(0, self.step - self.cfg.trainer.critic_warmup)}
 
     def _restore_progress(self, state: dict[str, Any]) -> None:
         """The part of the loop state a rollback rewinds (mitigations and rollback counts persist)."""
         self.step, self.consumed = int(state["step"]), int(state["consumed"])
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         self.train_scores = list(state["train_scores"])
+        self.train_spreads = list(state.get("train_spreads", []))
         self.replay.load_state_dict(state["replay"])
 
     def _resume(self) -> None:
@@ -224,7 +241,32 @@ class PPOTrainer:
         if self.clip_ratio is not None:
             self._gather({"clip": self.roles["actor"].submit_all("set_clip_ratio", self.clip_ratio)},
                          time.perf_counter() + 60, "resume")
-        self.reporter.log(f"resumed from {path} after step {self.step}")
+        position = self._check_resumed(path, state)
+        self.reporter.log(f"resumed from {path}: continuing after step {self.step} at data position "
+                          f"{self.consumed} (batches consumed), {position} actor updates (checked)")
+
+    def _check_resumed(self, path: str, state: dict[str, Any]) -> int:
+        """The resume invariants: the loop continues at the step the checkpoint is named for, with
+        the data position its steps consumed and the optimizer where its updates left it. A
+        checkpoint whose recorded state disagrees would skip or repeat data silently: it fails.
+        Returns the actor's scheduler position."""
+        problems = []
+        named = re.search(r"step_(\d+)/*$", str(path))
+        if named and int(named.group(1)) != self.step:
+            problems.append(f"the checkpoint is step {named.group(1)} but records step {self.step}")
+        gen_batches = self.cfg.algorithm.filter_groups.enable  # dynamic sampling may read more batches
+        if self.consumed < self.step or (not gen_batches and self.consumed != self.step):
+            problems.append(f"data position {self.consumed} does not follow from {self.step} steps")
+        updates = self._gather({"pos": self.roles["actor"].submit_all("optimizer_position")},
+                               time.perf_counter() + 60, "resume")["pos"]
+        expected = int(state.get("actor_updates", max(0, self.step - self.cfg.trainer.critic_warmup)))
+        if any(u != expected for u in updates):
+            problems.append(f"the actor's optimizer schedule is at {updates[0]} updates, {expected} recorded")
+        if problems:
+            raise CheckpointError(f"cannot resume from {path}: " + "; ".join(problems), param="resume_from",
+                                  data={"step": self.step, "consumed": self.consumed, "actor_updates": updates[0],
+                                        "expected_actor_updates": expected})
+        return expected
 
     # --- helpers -------------------------------------------------------------------------------
 
@@ -338,6 +380,8 @@ class PPOTrainer:
         try:
             self._resume()
             resumed_at = self.step
+            if self.step == 0 and self.val and self.cfg.trainer.val_before_train:
+                self._baseline_validation()
             while self.step < self.total_steps:
                 self._check_stop()
                 if self.reporter.should_pause():
@@ -357,6 +401,29 @@ class PPOTrainer:
                              metrics=dict(self.final_metrics))
         finally:
             self.roles.shutdown()
+
+    def _baseline_validation(self) -> None:
+        """`trainer.val_before_train`: the untrained policy's validation, logged at step 0."""
+        metrics = self._validate(time.perf_counter() + self.cfg.guardrails.step_timeout_s)
+        self._collapse(0, None, metrics)  # at step 0 a collapse can only be reported
+        self.reporter.metrics(0, metrics, total_steps=self.total_steps, epoch=0)
+
+    def _collapse(self, step: int, entropy: float | None, metrics: dict[str, float]) -> Verdict:
+        """Judge the step's generations (`judge_collapse`); a `warn` verdict is reported here with a
+        few decoded offending validation responses, a `rollback` one is left to the caller."""
+        responses = self.val_responses if "val/reward/mean" in metrics else None
+        eos = [self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else []
+        verdict = judge_collapse(entropy, responses, self.cfg.guardrails, eos)
+        if verdict.action == "ok":
+            return verdict
+        rows = verdict.evidence.get("sample_rows", [])
+        samples = [{"prompt": self.val[i].text[-200:],
+                    "response": self.tokenizer.decode(responses[i], skip_special_tokens=False)[:200]}
+                   for i in rows] if responses is not None else []
+        verdict = Verdict(verdict.action, verdict.reason, {**verdict.evidence, "samples": samples})
+        if verdict.action == "warn" or step == 0:
+            self.reporter.warning("collapse", f"step {step}: {verdict.reason}", {"step": step, **verdict.evidence})
+        return verdict
 
     def _save_boundary(self, resumed_at: int) -> None:
         """Checkpoint the last finished step on the way out (pause, time limit), unless it has one."""
@@ -407,14 +474,21 @@ class PPOTrainer:
             self.reporter.warning("kl_high", f"step {step}: {verdict.reason}", {"step": step, **verdict.evidence})
 
         metrics = experience.step_metrics(cfg, rollout, adv, updates, guard_kl=guard_kl, rollbacks=self.rollbacks)
+        metrics.update(self._logprob_gap(step, rollout, sampling_log_probs, mask))
         if cfg.algorithm.filter_groups.enable:
             metrics["train/num_gen_batches"] = float(gen_batches)
         self.step, self.consumed = step, self.consumed + gen_batches
         self.train_scores.append(metrics["critic/score/mean"])
+        new_scores = rollout["scores"][:rollout["new_rows"]].float()
+        self.train_spreads.append(float(new_scores.std()) if len(new_scores) > 1 else 0.0)
         last = self.step >= self.total_steps
         test_freq = cfg.trainer.test_freq
         if self.val and (last or (test_freq > 0 and step % test_freq == 0)):
             metrics.update(self._validate(deadline))
+        collapse = self._collapse(step, metrics.get("actor/entropy"), metrics)
+        if collapse.action == "rollback":
+            self._rollback(step, collapse, start_state)
+            return
         if last:
             metrics.update(self._overfit(metrics))
         step_time = time.perf_counter() - step_start
@@ -480,6 +554,10 @@ class PPOTrainer:
             },
         }
         if replayed:  # replayed rows: fresh log-probs and values, the scores they earned
+            sampled = result["batch"]
+            extra["policy_version"] = sampled["policy_version"][:1].expand(len(replayed), -1).clone()
+            if "rollout_log_probs" in sampled:  # re-scored now: the trainer's own log-probs, no gap
+                extra["rollout_log_probs"] = out["extra_old"][0]["log_probs"].float()
             result["batch"] = concat([result["batch"], extra])
             result["old"] = torch.cat([result["old"], out["extra_old"][0]["log_probs"]])
             result["ref"] = torch.cat([result["ref"], out["extra_ref"][0]["log_probs"]])
@@ -591,13 +669,31 @@ class PPOTrainer:
                 sampling[torch.tensor(r)] = result["sampling_log_probs"]
         return updates, new_log_probs, sampling
 
+    def _logprob_gap(self, step: int, rollout: dict[str, Any], sampling_log_probs: torch.Tensor | None,
+                     mask: torch.Tensor) -> dict[str, float]:
+        """`rollout/logprob_diff/mean|max`: the rollout engine's log-probs of the sampled tokens vs
+        the trainer's forward on them under the same weights (the old log-probs); a `logprob_gap`
+        warning above `guardrails.max_logprob_diff`. Nothing when the backend gave no log-probs."""
+        batch = rollout["batch"]
+        trainer = rollout["old"] if rollout["old"] is not None else sampling_log_probs
+        if "rollout_log_probs" not in batch or trainer is None:
+            return {}
+        mean, top = logprob_gap(batch["rollout_log_probs"], trainer, mask)
+        limit = self.cfg.guardrails.max_logprob_diff
+        if limit is not None and mean > limit:
+            self.reporter.warning("logprob_gap", f"step {step}: the rollout engine's log-probs differ from the "
+                                  f"trainer's by {mean:.4f} per token on average (max_logprob_diff {limit:g})",
+                                  {"step": step, "mean": mean, "max": top, "max_logprob_diff": limit})
+        return {"rollout/logprob_diff/mean": mean, "rollout/logprob_diff/max": top}
+
     def _validate(self, deadline: float) -> dict[str, float]:
-        """Greedy (`rollout.val_temperature`) responses to the validation prompts, scored."""
+        """Greedy (`rollout.val_temperature`) responses to the validation prompts, scored; the
+        responses are kept in `val_responses` (collapse guardrail)."""
         if not self.val:
             return {}
         start = time.perf_counter()
         size = self.cfg.data.val_batch_size or len(self.val)
-        refs: dict[str, list[Any]] = {"scores": []}
+        refs: dict[str, list[Any]] = {"scores": [], "batch": []}
         orders = []
         for lo in range(0, len(self.val), size):
             chunk = self.val[lo:lo + size]
@@ -606,12 +702,20 @@ class PPOTrainer:
                                                      [self._meta(p) for p in chunk], validate=True)
             orders.append([lo + i for i in order])
             refs["scores"] += chunk_refs["scores"]
+            refs["batch"] += chunk_refs["batch"]
         out = self._gather(refs, deadline, "validation")
         scores = torch.cat([o["scores"] for o in out["scores"]])
         order = torch.tensor([i for o in orders for i in o])
         by_row = torch.empty_like(scores)
         by_row[order] = scores
-        metrics = {"val/reward/mean": float(by_row.mean()), "timing_s/testing": time.perf_counter() - start}
+        batch = concat(out["batch"])
+        lengths = batch["response_mask"].sum(-1).tolist()
+        responses: list[list[int]] = [[] for _ in self.val]
+        for j, row in enumerate(order.tolist()):
+            responses[row] = batch["responses"][j, :int(lengths[j])].tolist()
+        self.val_responses = responses
+        metrics = {"val/reward/mean": float(by_row.mean()), "val/distinct_responses": distinct_ratio(responses),
+                   "timing_s/testing": time.perf_counter() - start}
         sources = sorted({p.data_source for p in self.val if p.data_source})
         if len(sources) > 1:
             for source in sources:
@@ -624,11 +728,14 @@ class PPOTrainer:
             return {}
         recent = self.train_scores[-self.steps_per_epoch:]
         train_reward = sum(recent) / len(recent)
-        gap, overfit = overfit_gap(train_reward, metrics["val/reward/mean"])
+        spreads = self.train_spreads[-self.steps_per_epoch:]
+        spread = sum(spreads) / len(spreads) if spreads else 0.0
+        gap, margin, overfit = overfit_gap(train_reward, metrics["val/reward/mean"], spread)
         if overfit:
-            self.reporter.warning("overfit", f"validation reward trails training reward by {gap:.3f} (> 0.05)",
+            self.reporter.warning("overfit", f"validation reward trails training reward by {gap:.3f} "
+                                  f"(> {margin:.3f}: max(0.05, half the training scores' spread {spread:.3f}))",
                                   {"train_reward": train_reward, "val_reward": metrics["val/reward/mean"],
-                                   "gap": gap})
+                                   "gap": gap, "margin": margin, "spread": spread})
         return {"val/overfit_gap": gap, "train/reward/mean": train_reward}
 
     def _save_checkpoint(self, step: int, metrics: dict[str, float], deadline: float) -> None:

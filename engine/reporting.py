@@ -91,7 +91,8 @@ class RecordingReporter:
         return [e for e in self.events if e["type"] == kind]
 
     def steps(self) -> list[int]:
-        return [e["step"] for e in self.of("metrics")]
+        """Training steps that reported metrics (not step 0: PPO's validation before training)."""
+        return [e["step"] for e in self.of("metrics") if e["step"] > 0]
 
     def series(self, name: str) -> list[float]:
         return [e["values"][name] for e in self.of("metrics") if name in e["values"]]

@@ -61,7 +61,33 @@ class RolloutBackend(Protocol):
         `max_new_tokens`; `seeds[i]` fixes row `i`'s randomness."""
 
     def sync_weights(self, model: torch.nn.Module) -> None:
-        """Make the backend sample from `model`'s current weights."""
+        """Make the backend sample from `model`'s current weights (and set `fingerprint`)."""
+
+    fingerprint: float | None
+    """`weights_fingerprint` of the weights the backend samples from, as of its last sync."""
+    syncs: int
+    """Weight syncs done so far (the rollout batches' policy version counts from it)."""
+    last_log_probs: list[list[float]] | None
+    """The last `generate`'s log-probs of each sampled token (None: greedy, or not measured)."""
+
+
+def weights_fingerprint(model: torch.nn.Module) -> float:
+    """A cheap fingerprint of the weights being trained (a LoRA model's: the adapter, its delta):
+    per trainable tensor (this worker's shard under fsdp2) its float64 sum and absolute sum, mixed
+    with the tensor's position. One device sync; any optimizer step changes it. Rollout batches
+    carry it, so a batch sampled from weights the trainer no longer holds is refused."""
+    sums = []
+    for p in model.parameters():
+        if p.requires_grad:
+            t = p.detach()
+            t = t.to_local() if hasattr(t, "to_local") else t
+            t = t.double()
+            sums.append(t.sum() + 0.5 * t.abs().sum())
+    if not sums:
+        return 0.0
+    stacked = torch.stack(sums)
+    weights = torch.arange(1, len(sums) + 1, dtype=torch.float64, device=stacked.device).reciprocal_().add_(1.0)
+    return float((stacked * weights).sum())
 
 
 # --- counter-based sampling ----------------------------------------------------------------------
@@ -142,9 +168,14 @@ class HFRollout:
         self.eos_token_ids = sorted({int(e) for e in eos_token_ids})
         self.max_batch_size = max_batch_size
         self.lean = lean
+        self.fingerprint: float | None = None  # set by `make_rollout` and each sync
+        self.syncs = 0
+        self.last_log_probs: list[list[float]] | None = None
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.model = model
+        self.fingerprint = weights_fingerprint(model)
+        self.syncs += 1
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int],
@@ -158,14 +189,18 @@ class HFRollout:
         self.model.eval()
         try:
             out: list[list[int]] = []
+            log_probs: list[list[float]] = []
             for start in range(0, len(prompts), step):
-                out += self._generate(prompts[start:start + step], seeds[start:start + step], params)
+                responses, lps = self._generate(prompts[start:start + step], seeds[start:start + step], params)
+                out += responses
+                log_probs += lps
+            self.last_log_probs = None if params.greedy else log_probs
             return out
         finally:
             self.model.train(was_training)
 
     def _generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int],
-                  params: SamplingParams) -> list[list[int]]:
+                  params: SamplingParams) -> tuple[list[list[int]], list[list[float]]]:
         device = next(self.model.parameters()).device
         input_ids, mask = pad(prompts, self.pad_token_id, side="left")
         input_ids, mask = input_ids.to(device), mask.to(device)
@@ -175,9 +210,12 @@ class HFRollout:
         lean = self.lean and decode.supports(self.model)
         decoder = decode.Decoder(self.model) if lean else _TransformersDecoder(self.model)
         logits = decoder.prefill(input_ids, mask, params.max_new_tokens)
-        tokens = []
+        tokens, token_log_probs = [], []
         for t in range(params.max_new_tokens):
             token = sample_tokens(logits, seed_t, t, params)
+            if not params.greedy:  # the sampler's own log-prob (unfiltered softmax(logits / T), as trained)
+                token_log_probs.append(torch.log_softmax(logits.float() / params.temperature, dim=-1)
+                                       .gather(-1, token[:, None])[:, 0])
             token = torch.where(finished, self.pad_token_id, token)
             tokens.append(token)
             finished = finished | torch.isin(token, eos)
@@ -185,12 +223,14 @@ class HFRollout:
                 break
             logits = decoder.step(token)
         rows = torch.stack(tokens, dim=1).tolist()
+        lp_rows = torch.stack(token_log_probs, dim=1).tolist() if token_log_probs else [[] for _ in rows]
         eos_set = set(self.eos_token_ids)
-        responses = []
-        for row in rows:
+        responses, log_probs = [], []
+        for row, lps in zip(rows, lp_rows):
             end = next((j + 1 for j, tok in enumerate(row) if tok in eos_set), len(row))
             responses.append(row[:end])
-        return responses
+            log_probs.append(lps[:end])
+        return responses, log_probs
 
 
 class _TransformersDecoder:
@@ -409,6 +449,10 @@ class VLLMRollout:
         self._asleep: set[str] = set()
         self._adapters = AdapterVersions()
         self._lora_request: Any = None
+        self._adapter_digest: str | None = None
+        self.fingerprint: float | None = None
+        self.syncs = 0
+        self.last_log_probs: list[list[float]] | None = None  # not measured on vllm yet
 
     @property
     def llm(self) -> Any:
@@ -462,7 +506,7 @@ class VLLMRollout:
             from vllm.lora.request import LoRARequest
 
             version, path = self._adapters.next()
-            model.save_pretrained(path, safe_serialization=True)
+            self.write_adapter(model, path)
             old = self._lora_request
             self._lora_request = LoRARequest(f"actor-v{version}", version, path)
             self._adapters.prune()
@@ -474,7 +518,22 @@ class VLLMRollout:
         else:
             self._wake(("weights",))
             self._engine_model().load_weights(_full_weights(model))
+            self.fingerprint = weights_fingerprint(model)
+            self.syncs += 1
         self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+
+    def write_adapter(self, model: torch.nn.Module, path: str) -> None:
+        """Write `model`'s adapter for the engine to `path`; an adapter identical to the previous one
+        while the trained adapter changed is an error, not a no-op: sampling would go on from the
+        old policy and train nothing (verl #7495, unsloth #8701)."""
+        model.save_pretrained(path, safe_serialization=True)
+        fingerprint, digest = weights_fingerprint(model), _adapter_digest(path)
+        if digest == self._adapter_digest and fingerprint != self.fingerprint:
+            raise EngineError("the LoRA weight sync left the rollout model unchanged: the adapter written for "
+                              "the engine is identical to the previous one while the trained adapter changed",
+                              code="weight_sync_failed")
+        self.fingerprint, self._adapter_digest = fingerprint, digest
+        self.syncs += 1
 
     def _engine_model(self) -> Any:
         """The vLLM model object, wherever this vLLM version keeps it."""
@@ -494,6 +553,17 @@ class VLLMRollout:
 _WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
 """Module-name parts that FSDP, activation checkpointing and torch.compile insert into parameter
 names; vLLM's `load_weights` expects the Hugging Face names."""
+
+
+def _adapter_digest(path: str) -> str:
+    """sha256 of the adapter weights file PEFT wrote in `path`."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(os.path.join(path, "adapter_model.safetensors"), "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _full_weights(model: torch.nn.Module) -> Any:
@@ -522,10 +592,14 @@ def make_rollout(name: str, model: torch.nn.Module, *, tokenizer: Any, model_pat
         backend = VLLMRollout(kwargs, device=device)
         if is_lora(model):  # the engine loaded the base weights; serve the adapter from the start
             backend.sync_weights(model)
+        else:  # the engine loads the same weights from model_path
+            backend.fingerprint = weights_fingerprint(model)
         return backend
     if name != "hf":
         raise EngineError(f"unknown rollout backend {name!r}", code="invalid_config")
-    return HFRollout(model, tokenizer.pad_token_id, eos_token_ids(tokenizer, model))
+    backend = HFRollout(model, tokenizer.pad_token_id, eos_token_ids(tokenizer, model))
+    backend.fingerprint = weights_fingerprint(model)
+    return backend
 
 
 def eos_token_ids(tokenizer: Any, model: torch.nn.Module | None = None) -> list[int]:

@@ -228,6 +228,9 @@ class PPOTrainerConfig(TrainerConfig):
     """`TrainerConfig` for PPO (3 epochs by default, as in the recipe)."""
 
     total_epochs: Epochs = 3
+    val_before_train: bool = True
+    """Validate once before the first step (logged at step 0), the baseline every later validation
+    is read against (with validation data; a resumed run does not repeat it)."""
 
 
 class DataConfig(Strict):
@@ -427,6 +430,23 @@ class FilterGroupsConfig(Strict):
     the step trains on the groups it has and warns."""
 
 
+class RolloutCorrectionConfig(Strict):
+    """Correct for the gap between the rollout engine's log-probs and the trainer's on the same
+    tokens (VERL: `algorithm.rollout_correction`; Liu, Li et al. 2025, "When Speed Kills
+    Stability"): importance weights pi_old / pi_rollout in the policy loss."""
+
+    rollout_is: Literal["token", "sequence"] | None = None
+    """Truncated importance sampling (TIS): each token (`token`) or each sequence (`sequence`, the
+    product over its tokens) weighted by the ratio, capped at `rollout_is_threshold` (None: off)."""
+    rollout_is_threshold: Annotated[float, Field(gt=0.0, le=1e6)] = 2.0
+    """Upper cap of the importance weights."""
+    rollout_rs: Literal["token", "sequence"] | None = None
+    """Masked importance sampling (MIS, rejection): tokens (`token`) or whole sequences (`sequence`)
+    whose ratio lies outside [1 / rollout_rs_threshold, rollout_rs_threshold] leave the loss (None: off)."""
+    rollout_rs_threshold: Annotated[float, Field(gt=1.0, le=1e6)] = 2.0
+    """Rejection bound (> 1)."""
+
+
 class AlgorithmConfig(Strict):
     """Advantage estimation and KL-in-reward (VERL: `algorithm`)."""
 
@@ -442,6 +462,7 @@ class AlgorithmConfig(Strict):
     kl_ctrl: KLControlConfig = Field(default_factory=KLControlConfig)
     norm_adv_by_std_in_grpo: bool = True
     filter_groups: FilterGroupsConfig = Field(default_factory=FilterGroupsConfig)
+    rollout_correction: RolloutCorrectionConfig = Field(default_factory=RolloutCorrectionConfig)
 
 
 class RewardFilterConfig(Strict):
@@ -472,6 +493,18 @@ class GuardrailConfig(Strict):
     step_timeout_s: Annotated[float, Field(gt=0.0, le=7 * 86400.0)] = 3600.0
     """A step longer than this fails the job with `step_timeout`."""
     reward_filter: RewardFilterConfig = Field(default_factory=RewardFilterConfig)
+    min_entropy: Annotated[float, Field(ge=0.0, le=1e6)] | None = None
+    """Collapse: `actor/entropy` (mean per-token entropy of the update's samples) below this trips
+    `collapse_action` (None: off)."""
+    min_distinct_ratio: Share | None = None
+    """Collapse: `val/distinct_responses` (distinct responses / validation prompts) below this trips
+    `collapse_action` (None: off)."""
+    collapse_action: Literal["warn", "rollback"] = "warn"
+    """What a collapse does: `warn` reports `collapse` (with decoded samples); `rollback` also
+    restores the state before the step, as a KL rollback does."""
+    max_logprob_diff: Annotated[float, Field(gt=0.0, le=1e6)] | None = None
+    """`rollout/logprob_diff/mean` (mean |rollout engine log-prob - trainer log-prob| per token)
+    above this reports `logprob_gap` (None: off)."""
 
     @model_validator(mode="after")
     def _warn_before_rollback(self):

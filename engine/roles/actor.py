@@ -14,9 +14,10 @@ import torch
 
 from engine import packing, sharding
 from engine.algos import agg_loss, kl_penalty, masked_mean, policy_loss
+from engine.algos.correction import rollout_correction
 from engine.artifacts import Artifacts
 from engine.config import PPOConfig
-from engine.errors import ConfigError
+from engine.errors import ConfigError, EngineError
 from engine.models import (
     count_parameters,
     is_lora,
@@ -36,7 +37,7 @@ from engine.roles.base import (
     policy_log_probs,
 )
 from engine.roles.batch import Batch, build_batch, mini_batch_rows
-from engine.rollout import SamplingParams, make_rollout
+from engine.rollout import SamplingParams, make_rollout, weights_fingerprint
 from engine.schedule import build_optimizer, build_scheduler
 
 
@@ -103,6 +104,9 @@ class ActorRollout(TrainableRole):
                                     dtype=config.model.dtype, lora_rank=lora_rank,
                                     max_model_len=config.data.max_prompt_length + config.data.max_response_length,
                                     seed=seed, config=config, device=self.device)
+        # Policy version: weight changes seen by the trainer vs syncs the rollout backend received.
+        self.weights_version = 0
+        self._sync_base = self.rollout.syncs
 
     def _build_optimizer(self, total_steps: int) -> None:
         self.optimizer = build_optimizer(self.model, self.cfg.actor.optim)
@@ -133,10 +137,41 @@ class ActorRollout(TrainableRole):
         start = time.perf_counter()
         with self.precision.autocast(), sharding.gathered(self.sharded):
             responses = self.rollout.generate(prompts, seeds, self.sampling_params(validate, greedy))
+        width = self.cfg.data.max_response_length
         batch = build_batch(prompts, responses, prompt_width=self.cfg.data.max_prompt_length,
-                            response_width=self.cfg.data.max_response_length,
-                            pad_id=self.tokenizer.pad_token_id)
+                            response_width=width, pad_id=self.tokenizer.pad_token_id)
+        # The policy version the rows were sampled from, as the backend knows it (see `update_actor`).
+        stamp = [float(self.rollout.syncs - self._sync_base), float(self.rollout.fingerprint or 0.0)]
+        batch["policy_version"] = torch.tensor([stamp] * len(responses), dtype=torch.float64)
+        sampled = getattr(self.rollout, "last_log_probs", None)
+        if sampled is not None and not (validate or greedy):
+            lp = torch.zeros(len(responses), width, dtype=torch.float32)
+            for i, row in enumerate(sampled):
+                lp[i, :len(row)] = torch.as_tensor(row, dtype=torch.float32)
+            batch["rollout_log_probs"] = lp
         return batch, time.perf_counter() - start
+
+    def check_policy_version(self, batch: Batch) -> None:
+        """Refuse rows sampled from other weights than the ones being trained: every row's version
+        (the sampling worker's backend sync count) must be the trainer's, and this worker's
+        backend must hold the fingerprint of the trained weights (a sync that ran but carried other
+        weights). The fingerprint is compared within the worker, where it is computed the same way."""
+        stamp = batch.get("policy_version")
+        if stamp is None or not len(stamp):
+            return
+        version = float(self.weights_version)
+        fingerprint = weights_fingerprint(self.model)
+        bad = stamp[:, 0] != version
+        if bool(bad.any()) or self.rollout.fingerprint != fingerprint:
+            row = int(bad.nonzero()[0, 0]) if bool(bad.any()) else 0
+            raise EngineError(
+                f"weight sync check: rollout rows were sampled from policy version {int(stamp[row, 0])} "
+                f"(weights fingerprint {self.rollout.fingerprint}) but the trainer holds version "
+                f"{int(version)} (fingerprint {fingerprint}): the rollout engine did not receive the "
+                "trained weights", code="weight_sync_failed",
+                data={"batch_version": int(stamp[row, 0]), "trainer_version": int(version),
+                      "rows": int(bad.sum()), "rollout_fingerprint": self.rollout.fingerprint,
+                      "trainer_fingerprint": fingerprint})
 
     # --- log-probs -----------------------------------------------------------------------------
 
@@ -160,6 +195,10 @@ class ActorRollout(TrainableRole):
         return {"log_probs": log_probs, "time_s": time.perf_counter() - start}
 
     # --- training ------------------------------------------------------------------------------
+
+    def optimizer_position(self) -> int:
+        """Actor updates the LR schedule has taken (one per update): checked when a job resumes."""
+        return int(self.scheduler.last_epoch)
 
     def set_clip_ratio(self, clip_ratio: float) -> None:
         """Mitigation after a rollback: tighten the trust region to at most `clip_ratio`."""
@@ -186,6 +225,7 @@ class ActorRollout(TrainableRole):
             `response_mask` is all zero (filtered out) get zeros.
         """
         start = time.perf_counter()
+        self.check_policy_version(batch)
         a = self.cfg.actor
         width = batch["responses"].shape[1]
         bounds = mini_batch_rows(mini_sizes)
@@ -251,7 +291,18 @@ class ActorRollout(TrainableRole):
             log_probs, entropy = policy_log_probs(self.model, mb, temperature=self.cfg.rollout.temperature,
                                                   entropy=mode)
         old = mb["old_log_probs"] if "old_log_probs" in mb else log_probs.detach()
-        pg_loss, pg = policy_loss(old, log_probs, mb["advantages"], mask,
+        advantages = mb["advantages"]
+        corr = self.cfg.algorithm.rollout_correction
+        if (corr.rollout_is or corr.rollout_rs) and "rollout_log_probs" in mb:
+            # Weights >= 0 scale each token's clipped surrogate, so they can ride on the advantages.
+            weights, kept = rollout_correction(
+                old, mb["rollout_log_probs"], mask, rollout_is=corr.rollout_is, is_threshold=corr.rollout_is_threshold,
+                rollout_rs=corr.rollout_rs, rs_threshold=corr.rollout_rs_threshold)
+            advantages = advantages * weights.to(advantages.dtype)
+            tokens_in = float(mask.sum())
+            sums.add("rollout_corr/is_weight_mean", float(masked_mean(weights, mask)), tokens_in)
+            sums.add("rollout_corr/rejected_frac", float(1.0 - kept.sum() / max(tokens_in, 1.0)), tokens_in)
+        pg_loss, pg = policy_loss(old, log_probs, advantages, mask,
                                   clip_ratio_low=self.clip_low, clip_ratio_high=self.clip_high,
                                   clip_ratio_c=a.clip_ratio_c, loss_agg_mode=a.loss_agg_mode)
         loss = pg_loss
@@ -273,6 +324,7 @@ class ActorRollout(TrainableRole):
         return log_probs.detach()
 
     def _after_weights_changed(self) -> None:
+        self.weights_version += 1
         self.rollout.sync_weights(self.model)
 
     # --- output --------------------------------------------------------------------------------

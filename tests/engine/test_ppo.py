@@ -27,6 +27,7 @@ REQUIRED_METRICS = (
     "actor/reward_kl_penalty_coeff", "response_length/mean", "response_length/clip_ratio", "timing_s/gen",
     "timing_s/ref", "timing_s/values", "timing_s/adv", "timing_s/update_critic", "timing_s/update_actor",
     "timing_s/step", "timing_s/snapshot", "perf/throughput", "train/response_tokens",
+    "rollout/logprob_diff/mean", "rollout/logprob_diff/max",
 )
 TINY = {
     "data": {"train_batch_size": 4, "max_prompt_length": 32, "max_response_length": 8},
@@ -78,14 +79,17 @@ def baseline(demo_assets, ray_local, tmp_path_factory):
 def test_gsm8k_run_reports_every_metric(baseline):
     reporter, result = baseline["reporter"], baseline["result"]
     assert reporter.steps() == [1, 2, 3, 4]
-    for event in reporter.of("metrics"):
+    for event in reporter.of("metrics")[1:]:  # [0]: the validation before training
         missing = [m for m in REQUIRED_METRICS if m not in event["values"]]
         assert not missing, f"step {event['step']} lacks {missing}"
         assert event["total_steps"] == 4
         assert all(isinstance(v, float) for v in event["values"].values())
         assert event["values"]["train/response_tokens"] >= event["values"]["response_length/mean"] > 0
     # Validation on test_freq steps and at the end; the overfit check at the end.
-    assert [s for s in reporter.steps() if "val/reward/mean" in reporter.of("metrics")[s - 1]["values"]] == [2, 4]
+    # ... and before training (`trainer.val_before_train`), at step 0.
+    assert [e["step"] for e in reporter.of("metrics") if "val/reward/mean" in e["values"]] == [0, 2, 4]
+    assert all(0.0 < e["values"]["val/distinct_responses"] <= 1.0
+               for e in reporter.of("metrics") if "val/reward/mean" in e["values"])
     assert "val/overfit_gap" in result.metrics and math.isfinite(result.metrics["val/overfit_gap"])
     assert [c["step"] for c in reporter.of("checkpoint")] == [2, 4]
     assert all((Path(c["path"]) / "COMPLETE").is_file() for c in reporter.of("checkpoint"))
@@ -186,8 +190,11 @@ def test_kl_spike_rolls_back_once_and_recovers(demo_assets, ray_local, tmp_path)
     fired = []
 
     def corrupt_policy(role):  # runs in the actor worker (a local function travels by value)
+        from engine.rollout import weights_fingerprint
+
         with torch.no_grad():
             role.model.get_output_embeddings().weight.mul_(50.0)
+        role.rollout.fingerprint = weights_fingerprint(role.model)  # as if sampled so: not a sync fault
 
     def spike(tr: PPOTrainer, step: int) -> None:
         if step == 2 and not fired:

@@ -1,4 +1,4 @@
-"""engine.guardrails: step verdicts, PF-PPO filtering, the replay buffer and the overfit gap."""
+"""engine.guardrails: step verdicts, PF-PPO filtering, the replay buffer, the overfit gap and collapse."""
 
 from __future__ import annotations
 
@@ -7,7 +7,14 @@ import math
 import torch
 
 from engine.config import GuardrailConfig
-from engine.guardrails import ReplayBuffer, judge_step, overfit_gap
+from engine.guardrails import (
+    ReplayBuffer,
+    distinct_ratio,
+    is_repeated_token,
+    judge_collapse,
+    judge_step,
+    overfit_gap,
+)
 
 
 def test_judge_step():
@@ -35,9 +42,38 @@ def test_replay_buffer_keeps_the_newest_and_replays_once():
 
 
 def test_overfit_gap():
-    assert overfit_gap(0.8, 0.78) == (0.8 - 0.78, False)
-    gap, overfit = overfit_gap(0.9, 0.7)
-    assert overfit and math.isclose(gap, 0.2)
+    assert overfit_gap(0.8, 0.78) == (0.8 - 0.78, 0.05, False)
+    gap, margin, overfit = overfit_gap(0.9, 0.7)
+    assert overfit and math.isclose(gap, 0.2) and margin == 0.05
+
+
+def test_overfit_gap_reads_the_gap_on_the_rewards_scale():
+    """The demo run's numbers (reward-model scores, training samples spread ~1): validation 0.2
+    below training is noise, not overfitting (the fixed 0.05 margin warned on every run); a gap of
+    two spreads still is."""
+    gap, margin, overfit = overfit_gap(2.1, 1.9, spread=1.0)
+    assert not overfit and margin == 0.5 and math.isclose(gap, 0.2)
+    assert overfit_gap(3.0, 1.0, spread=1.0)[2]
+    # rewards in [0, 1] that all tie (spread 0): the recipe's 0.05 gate
+    assert overfit_gap(1.0, 0.9, spread=0.0)[2] and not overfit_gap(1.0, 0.96, spread=0.0)[2]
+
+
+def test_collapse_verdicts():
+    eos = [2]
+    collapsed = [[7, 7, 7, 7, 7, 2]] * 4  # one repeated token, the same for every prompt
+    healthy = [[5, 6, 2], [9, 4, 8, 2], [3, 2], [11, 12, 2]]
+    off = GuardrailConfig()
+    assert judge_collapse(0.01, collapsed, off, eos).action == "ok"  # off by default
+    assert distinct_ratio(collapsed) == 0.25 and distinct_ratio(healthy) == 1.0 and distinct_ratio([]) == 1.0
+    assert is_repeated_token([7, 7, 7, 7, 2], eos) and not is_repeated_token([7, 7, 7, 2], eos)
+    cfg = GuardrailConfig(min_distinct_ratio=0.5, min_entropy=0.1)
+    verdict = judge_collapse(1.0, collapsed, cfg, eos)
+    assert verdict.action == "warn" and "distinct" in verdict.reason
+    assert verdict.evidence["sample_rows"] == [0, 1, 2] and verdict.evidence["repeated_token_responses"] == 4
+    assert judge_collapse(1.0, healthy, cfg, eos).action == "ok"
+    low = judge_collapse(0.05, None, cfg, eos)  # no validation this step: entropy alone
+    assert low.action == "warn" and "entropy" in low.reason and "sample_rows" not in low.evidence
+    assert judge_collapse(0.05, None, GuardrailConfig(min_entropy=0.1, collapse_action="rollback")).action == "rollback"
 
 
 def test_rollback_snapshot_reuses_its_buffers_and_restores_exactly():
