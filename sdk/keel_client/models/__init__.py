@@ -84,6 +84,7 @@ from .grader_run_model_sample_type_1 import GraderRunModelSampleType1
 from .grader_validate import GraderValidate
 from .grader_validate_grader import GraderValidateGrader
 from .guardrail_config import GuardrailConfig
+from .guardrail_config_collapse_action import GuardrailConfigCollapseAction
 from .healthz_response_healthz import HealthzResponseHealthz
 from .integration import Integration
 from .integration_type import IntegrationType
@@ -172,6 +173,9 @@ from .rm_distill_method import RMDistillMethod
 from .role_memory import RoleMemory
 from .rollout_config import RolloutConfig
 from .rollout_config_name import RolloutConfigName
+from .rollout_correction_config import RolloutCorrectionConfig
+from .rollout_correction_config_rollout_is_type_0 import RolloutCorrectionConfigRolloutIsType0
+from .rollout_correction_config_rollout_rs_type_0 import RolloutCorrectionConfigRolloutRsType0
 from .run_grader_response_run_grader import RunGraderResponseRunGrader
 from .sample_request import SampleRequest
 from .sampling_params import SamplingParams
@@ -307,6 +311,7 @@ __all__ = (
     "GraderValidate",
     "GraderValidateGrader",
     "GuardrailConfig",
+    "GuardrailConfigCollapseAction",
     "HealthzResponseHealthz",
     "Integration",
     "IntegrationType",
@@ -395,6 +400,9 @@ __all__ = (
     "RoleMemory",
     "RolloutConfig",
     "RolloutConfigName",
+    "RolloutCorrectionConfig",
+    "RolloutCorrectionConfigRolloutIsType0",
+    "RolloutCorrectionConfigRolloutRsType0",
     "RunGraderResponseRunGrader",
     "SampleRequest",
     "SamplingParams",

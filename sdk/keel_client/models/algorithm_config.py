@@ -12,6 +12,7 @@ from ..types import UNSET, Unset
 if TYPE_CHECKING:
     from ..models.filter_groups_config import FilterGroupsConfig
     from ..models.kl_control_config import KLControlConfig
+    from ..models.rollout_correction_config import RolloutCorrectionConfig
 
 
 T = TypeVar("T", bound="AlgorithmConfig")
@@ -34,6 +35,10 @@ class AlgorithmConfig:
         kl_penalty (AlgorithmConfigKlPenalty | Unset):  Default: AlgorithmConfigKlPenalty.KL.
         lam (float | Unset):  Default: 0.95.
         norm_adv_by_std_in_grpo (bool | Unset):  Default: True.
+        rollout_correction (RolloutCorrectionConfig | Unset): Correct for the gap between the rollout engine's log-probs
+            and the trainer's on the same
+            tokens (VERL: `algorithm.rollout_correction`; Liu, Li et al. 2025, "When Speed Kills
+            Stability"): importance weights pi_old / pi_rollout in the policy loss.
         use_kl_in_reward (bool | Unset):  Default: True.
     """
 
@@ -44,6 +49,7 @@ class AlgorithmConfig:
     kl_penalty: AlgorithmConfigKlPenalty | Unset = AlgorithmConfigKlPenalty.KL
     lam: float | Unset = 0.95
     norm_adv_by_std_in_grpo: bool | Unset = True
+    rollout_correction: RolloutCorrectionConfig | Unset = UNSET
     use_kl_in_reward: bool | Unset = True
 
     def to_dict(self) -> dict[str, Any]:
@@ -69,6 +75,10 @@ class AlgorithmConfig:
 
         norm_adv_by_std_in_grpo = self.norm_adv_by_std_in_grpo
 
+        rollout_correction: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.rollout_correction, Unset):
+            rollout_correction = self.rollout_correction.to_dict()
+
         use_kl_in_reward = self.use_kl_in_reward
 
         field_dict: dict[str, Any] = {}
@@ -88,6 +98,8 @@ class AlgorithmConfig:
             field_dict["lam"] = lam
         if norm_adv_by_std_in_grpo is not UNSET:
             field_dict["norm_adv_by_std_in_grpo"] = norm_adv_by_std_in_grpo
+        if rollout_correction is not UNSET:
+            field_dict["rollout_correction"] = rollout_correction
         if use_kl_in_reward is not UNSET:
             field_dict["use_kl_in_reward"] = use_kl_in_reward
 
@@ -97,6 +109,7 @@ class AlgorithmConfig:
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         from ..models.filter_groups_config import FilterGroupsConfig  # noqa: PLC0415
         from ..models.kl_control_config import KLControlConfig  # noqa: PLC0415
+        from ..models.rollout_correction_config import RolloutCorrectionConfig  # noqa: PLC0415
 
         d = dict(src_dict)
         _adv_estimator = d.pop("adv_estimator", UNSET)
@@ -133,6 +146,13 @@ class AlgorithmConfig:
 
         norm_adv_by_std_in_grpo = d.pop("norm_adv_by_std_in_grpo", UNSET)
 
+        _rollout_correction = d.pop("rollout_correction", UNSET)
+        rollout_correction: RolloutCorrectionConfig | Unset
+        if isinstance(_rollout_correction, Unset):
+            rollout_correction = UNSET
+        else:
+            rollout_correction = RolloutCorrectionConfig.from_dict(_rollout_correction)
+
         use_kl_in_reward = d.pop("use_kl_in_reward", UNSET)
 
         algorithm_config = cls(
@@ -143,6 +163,7 @@ class AlgorithmConfig:
             kl_penalty=kl_penalty,
             lam=lam,
             norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+            rollout_correction=rollout_correction,
             use_kl_in_reward=use_kl_in_reward,
         )
 

@@ -1,0 +1,9 @@
+from enum import StrEnum
+
+
+class GuardrailConfigCollapseAction(StrEnum):
+    ROLLBACK = "rollback"
+    WARN = "warn"
+
+    def __str__(self) -> str:
+        return str(self.value)
