@@ -35,6 +35,8 @@ from torch import nn
 
 IMPLEMENTATION = "keel_varlen"
 """The attention implementation name registered with transformers."""
+PACKED_IMPLEMENTATIONS = frozenset({IMPLEMENTATION, "keel_ulysses"})
+"""Implementations that run packed rows (`engine.ulysses` shards them over several workers)."""
 
 
 # --- packing and unpacking ---------------------------------------------------------------------------
@@ -319,7 +321,7 @@ def _flash_varlen(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, k
     return out[None]
 
 
-def _mask(batch_size: int, q_length: int, kv_length: int, q_offset: Any = 0, kv_offset: Any = 0,
+def packed_mask(batch_size: int, q_length: int, kv_length: int, q_offset: Any = 0, kv_offset: Any = 0,
           attention_mask: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor | None:
     """transformers mask function: SDPA's, except that a single row without a padding mask and
     without a cache gets none (a packed row's block-diagonal `total x total` mask would cost
@@ -332,14 +334,14 @@ def _mask(batch_size: int, q_length: int, kv_length: int, q_offset: Any = 0, kv_
     return sdpa_mask(batch_size, q_length, kv_length, q_offset, kv_offset, attention_mask=attention_mask, **kwargs)
 
 
-def _register() -> None:
+def register() -> None:
     """Make `keel_varlen` known to transformers in this process (on first use: importing this
     module must not import transformers)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(IMPLEMENTATION, varlen_attention)
-    AttentionMaskInterface.register(IMPLEMENTATION, _mask)
+    AttentionMaskInterface.register(IMPLEMENTATION, packed_mask)
 
 
 # --- models ------------------------------------------------------------------------------------------
@@ -349,7 +351,7 @@ def enable(model: nn.Module) -> bool:
     it could (models that do not route attention through transformers' interface keep padding)."""
     if not getattr(model, "_supports_attention_backend", False):
         return False
-    _register()
+    register()
     model.set_attn_implementation(IMPLEMENTATION)
     return True
 
@@ -358,4 +360,4 @@ def enabled(model: nn.Module) -> bool:
     """True when `model` (possibly PEFT-wrapped) runs packed forwards."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = getattr(base, "config", None)
-    return getattr(config, "_attn_implementation", None) == IMPLEMENTATION
+    return getattr(config, "_attn_implementation", None) in PACKED_IMPLEMENTATIONS

@@ -1,0 +1,168 @@
+"""Ulysses sequence parallelism (`engine.ulysses`): two gloo workers sharding every packed row give
+the same losses, log-probs, values, scores and gradients as one worker (SFT, reward model, PPO actor
+and critic forwards), each rank embedding half of the row's tokens."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from bench.common import free_port
+from engine.config import ModelConfig
+from engine.errors import ConfigError
+
+LENGTHS = (37, 20, 14)
+"""71 tokens: odd, so the row is padded to a multiple of the group."""
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _batch():
+    g = torch.Generator().manual_seed(0)
+    width = max(LENGTHS)
+    ids = torch.zeros((len(LENGTHS), width), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, n in enumerate(LENGTHS):
+        ids[i, :n] = torch.randint(3, 200, (n,), generator=g)
+        mask[i, :n] = 1
+    prompt_lens = torch.tensor([10, 8, 5])
+    return ids, mask, prompt_lens
+
+
+def _compute(model_path: str, lay) -> dict:
+    """Every forward the trainers run, with `lay`'s sharding; losses backpropagated as the trainers
+    do (times `loss_scale`) and gradients summed over all workers."""
+    from engine import distributed, models, ulysses
+    from engine.algos.logits import log_probs_from_logits
+    from engine.sft import sft_loss_sum
+
+    ids, mask, prompt_lens = _batch()
+    seen: list[int] = []
+    out: dict = {}
+
+    def grads(model):
+        params = [p for p in model.parameters() if p.requires_grad]
+        distributed.all_reduce_grads(params)
+        result = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        model.zero_grad(set_to_none=True)
+        return result
+
+    policy = models.load_policy(model_path, ModelConfig(), trainable=True)
+    ulysses.enable(policy, lay)
+    policy.model.embed_tokens.register_forward_hook(lambda m, a, o: seen.append(a[0].shape[1]))
+    loss_sum, tokens, _ = sft_loss_sum(policy, ids, mask, prompt_lens)
+    (loss_sum / tokens * lay.loss_scale).backward()
+    out["sft_loss"], out["sft_grads"] = loss_sum.detach(), grads(policy)
+
+    positions = torch.stack([torch.arange(p, p + 4) for p in prompt_lens.tolist()])
+    logp = log_probs_from_logits(models.logits_at(policy, ids, mask, positions).float(), ids.gather(1, positions + 1))
+    (-(logp * torch.linspace(-1, 1, logp.numel()).view_as(logp)).sum() * lay.loss_scale).backward()
+    out["log_probs"], out["actor_grads"] = logp.detach(), grads(policy)
+
+    torch.manual_seed(0)  # the fresh score head
+    critic = models.load_value_model(model_path, ModelConfig(), trainable=True)
+    ulysses.enable(critic, lay)
+    values = models.token_values(critic, ids, mask)
+    ((values * mask).pow(2).sum() * lay.loss_scale).backward()
+    out["values"], out["critic_grads"] = (values * mask).detach(), grads(critic)
+
+    scores = models.reward_scores(critic, ids, mask)
+    (-torch.nn.functional.logsigmoid(scores[0] - scores[1:]).sum() * lay.loss_scale).backward()
+    out["scores"], out["rm_grads"] = scores.detach(), grads(critic)
+    out["tokens_seen"] = seen
+    return out
+
+
+def _numpy(value):
+    if isinstance(value, dict):
+        return {k: _numpy(v) for k, v in value.items()}
+    return value.numpy() if isinstance(value, torch.Tensor) else value
+
+
+def _worker(rank: int, port: int, model_path: str, queue) -> None:
+    import torch.distributed as dist
+
+    from engine import ulysses
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        try:
+            out = _numpy(_compute(model_path, ulysses.layout(2, rank, 2)))  # tensors die with the process
+        except Exception:  # noqa: BLE001  (the test fails at once, with the worker's traceback)
+            import traceback
+
+            out = traceback.format_exc()
+        queue.put((rank, out))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _assert_same(a, b, what):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), what
+        for k in a:
+            _assert_same(a[k], b[k], f"{what}.{k}")
+        return
+    torch.testing.assert_close(torch.as_tensor(a), b, atol=1e-5, rtol=1e-5, msg=lambda m: f"{what}: {m}")
+
+
+def test_two_way_sequence_parallel_matches_one_worker(demo_assets):
+    import torch.multiprocessing as mp
+
+    from engine import ulysses
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_worker, args=(r, port, demo_assets["model"], queue)) for r in range(2)]
+    for p in procs:
+        p.start()
+    results = dict(queue.get(timeout=300) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+    assert not any(isinstance(r, str) for r in results.values()), results
+    assert all(p.exitcode == 0 for p in procs)
+    single = _compute(demo_assets["model"], ulysses.Layout())
+    total = sum(LENGTHS)
+    # The knob shards: each rank embeds half of the (padded) row, one worker all of it.
+    assert single["tokens_seen"] == [total] * 2
+    for rank in (0, 1):
+        assert results[rank]["tokens_seen"] == [(total + 1) // 2] * 2
+        for key in ("sft_loss", "log_probs", "values", "scores", "sft_grads", "actor_grads", "critic_grads",
+                    "rm_grads"):
+            _assert_same(results[rank][key], single[key], f"rank {rank} {key}")
+
+
+def test_bounds_cover_the_row_once():
+    from engine.ulysses import shard_bounds
+
+    for total in (1, 7, 8, 71):
+        spans = [shard_bounds(total, 4, r) for r in range(4)]
+        assert all(padded % 4 == 0 and padded >= total for *_, padded in spans)
+        covered = [t for start, stop, _ in spans for t in range(start, stop)]
+        assert covered == list(range(total))
+
+
+def test_heads_must_split_over_the_group(demo_assets):
+    from transformers import AutoConfig
+
+    from engine import models, ulysses
+
+    config = AutoConfig.from_pretrained(demo_assets["model"])  # 4 heads, 4 key/value heads
+    ulysses.check_heads(config, 4)
+    with pytest.raises(ConfigError) as err:
+        ulysses.check_heads(config, 3, "actor.ulysses_sequence_parallel_size")
+    assert err.value.param == "actor.ulysses_sequence_parallel_size"
+    padded = models.load_policy(demo_assets["model"], dataclasses.replace(ModelConfig(), use_remove_padding=False))
+    with pytest.raises(ConfigError, match="use_remove_padding"):
+        ulysses.enable(padded, ulysses.Layout(size=2))
