@@ -150,6 +150,10 @@ class SFTConfig:
     use_dynamic_bsz: bool = True
     max_token_len_per_gpu: int = 3072
     guardrails: StepGuardrailConfig = StepGuardrailConfig()
+    ulysses_sequence_parallel_size: int = 1
+    """Workers that split every packed row's tokens (Ulysses: all-to-all over attention heads); the
+    data-parallel size is `num_workers / this`. Needs `model.use_remove_padding`, must divide
+    `resources.num_workers` and the model's attention and key/value heads."""
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,10 @@ class RewardModelConfig:
     use_dynamic_bsz: bool = True
     max_token_len_per_gpu: int = 3072
     guardrails: StepGuardrailConfig = StepGuardrailConfig()
+    ulysses_sequence_parallel_size: int = 1
+    """Workers that split every packed row's tokens (Ulysses: all-to-all over attention heads); the
+    data-parallel size is `num_workers / this`. Needs `model.use_remove_padding`, must divide
+    `resources.num_workers` and the model's attention and key/value heads."""
     center_rewards_coefficient: float = 0.0
     """Weight of the mean((r_c + r_r)^2) term that keeps scores centred on 0 (Eisenstein et al.)."""
 
@@ -240,6 +248,10 @@ class ActorConfig:
     strategy: Strategy = "ddp"
     """`ddp` or `fsdp2` for the actor's data-parallel workers (see `ModelConfig.strategy`)."""
     fsdp_config: FSDPConfig = FSDPConfig()
+    ulysses_sequence_parallel_size: int = 1
+    """Workers that split every packed row's tokens (Ulysses: all-to-all over attention heads); the
+    data-parallel size is `num_workers / this`. Needs `model.use_remove_padding`, must divide
+    `resources.num_workers` and the model's attention and key/value heads."""
 
     @property
     def clip_low(self) -> float:
@@ -267,6 +279,20 @@ class CriticConfig:
     strategy: Strategy = "ddp"
     """`ddp` or `fsdp2` for the critic's data-parallel workers (see `ModelConfig.strategy`)."""
     fsdp_config: FSDPConfig = FSDPConfig()
+    ulysses_sequence_parallel_size: int = 1
+    """Workers that split every packed row's tokens (Ulysses: all-to-all over attention heads); the
+    data-parallel size is `num_workers / this`. Needs `model.use_remove_padding`, must divide
+    `resources.num_workers` and the model's attention and key/value heads."""
+
+
+@dataclass(frozen=True)
+class RefConfig:
+    """The reference policy's workers (VERL: `actor_rollout_ref.ref`)."""
+
+    ulysses_sequence_parallel_size: int = 1
+    """Workers that split every packed row's tokens (Ulysses: all-to-all over attention heads); the
+    data-parallel size is `num_workers / this`. Needs `model.use_remove_padding`, must divide
+    `resources.num_workers` and the model's attention and key/value heads."""
 
 
 @dataclass(frozen=True)
@@ -290,6 +316,9 @@ class RolloutConfig:
     so training gets the GPU memory back; woken before the next weight sync or generation."""
     gpu_memory_utilization: float = 0.5
     """vllm: share of the GPU's memory the engine may take for weights and KV cache."""
+    tensor_model_parallel_size: int = 1
+    """vllm: GPUs one engine splits the model over (tensor parallelism); must divide
+    `resources.gpus_per_worker`."""
 
 
 @dataclass(frozen=True)
@@ -427,6 +456,7 @@ class PPOConfig:
     model: ModelConfig = ModelConfig()
     actor: ActorConfig = ActorConfig()
     critic: CriticConfig = CriticConfig()
+    ref: RefConfig = RefConfig()
     rollout: RolloutConfig = RolloutConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
     reward: RewardShapingConfig = RewardShapingConfig()
@@ -548,7 +578,8 @@ def _coerce(value: Any, hint: Any, path: str) -> Any:
     raise ConfigError(f"{path} has an invalid value {value!r}", param=path)
 
 
-_POSITIVE = {"n", "horizon", "total_epochs", "total_training_steps", "ppo_epochs", "lora_alpha"}
+_POSITIVE = {"n", "horizon", "total_epochs", "total_training_steps", "ppo_epochs", "lora_alpha",
+             "ulysses_sequence_parallel_size", "tensor_model_parallel_size"}
 _POSITIVE_PARTS = ("batch_size", "max_", "token_len")
 _NON_NEGATIVE = {"critic_warmup", "lora_rank", "max_rollbacks", "replay_buffer_size"}
 
@@ -623,6 +654,39 @@ def _check(config: Any, prefix: str) -> None:
             and config.micro_batch_size_per_gpu > config.data.train_batch_size):
         fail("micro_batch_size_per_gpu", "micro_batch_size_per_gpu must not exceed data.train_batch_size")
     _check_strategy(config, prefix)
+    _check_sequence_parallel(config, prefix)
+
+
+def _check_sequence_parallel(config: Any, prefix: str) -> None:
+    """Ulysses shards packed rows only (VERL's rule too); tensor parallelism is vllm's."""
+    roles = ({"actor": config.actor, "critic": config.critic, "ref": config.ref} if isinstance(config, PPOConfig)
+             else {"": config} if isinstance(config, SFTConfig | RewardModelConfig) else {})
+    for role, cfg in roles.items():
+        name = f"{prefix}{role + '.' if role else ''}ulysses_sequence_parallel_size"
+        if cfg.ulysses_sequence_parallel_size > 1 and not config.model.use_remove_padding:
+            raise ConfigError(f"{name} > 1 needs model.use_remove_padding (packed rows)", param=name)
+        if cfg.ulysses_sequence_parallel_size > 1 and role:
+            raise ConfigError(f"{name}: PPO's roles do not shard sequences yet; use 1", param=name)
+    if isinstance(config, PPOConfig) and config.rollout.tensor_model_parallel_size > 1 and config.rollout.name != "vllm":
+        raise ConfigError("rollout.tensor_model_parallel_size > 1 needs rollout.name vllm",
+                          param=f"{prefix}rollout.tensor_model_parallel_size")
+
+
+def check_parallel(config: Any, resources: Resources) -> None:
+    """Sequence-parallel groups must divide the workers; vllm's tensor parallelism the GPUs of one
+    rollout worker. The API checks the same at create time."""
+    sizes = ({"actor.": config.actor, "critic.": config.critic, "ref.": config.ref} if isinstance(config, PPOConfig)
+             else {"": config} if isinstance(config, SFTConfig | RewardModelConfig) else {})
+    for role, cfg in sizes.items():
+        sp = cfg.ulysses_sequence_parallel_size
+        if resources.num_workers % sp:
+            raise ConfigError(f"{role}ulysses_sequence_parallel_size {sp} must divide resources.num_workers "
+                              f"({resources.num_workers})", param=f"{role}ulysses_sequence_parallel_size")
+    if isinstance(config, PPOConfig):
+        tp, gpus = config.rollout.tensor_model_parallel_size, resources.gpus_per_worker
+        if tp > 1 and (gpus != int(gpus) or int(gpus) % tp):
+            raise ConfigError(f"rollout.tensor_model_parallel_size {tp} must divide the GPUs of a rollout worker "
+                              f"(resources.gpus_per_worker {gpus:g})", param="rollout.tensor_model_parallel_size")
 
 
 def _check_strategy(config: Any, prefix: str) -> None:

@@ -372,8 +372,10 @@ def vllm_engine_kwargs(config: PPOConfig, *, model_path: str, lora_rank: int, se
         "dtype": config.model.dtype,
         "seed": seed,
         "max_model_len": max_model_len or config.data.max_prompt_length + config.data.max_response_length,
-        "distributed_executor_backend": "external_launcher",
-        "tensor_parallel_size": 1,
+        # One engine per rollout worker; with tensor parallelism it spreads over that worker's GPUs
+        # (its own processes: external_launcher would make the job's other workers its TP peers).
+        "distributed_executor_backend": "external_launcher" if r.tensor_model_parallel_size == 1 else "mp",
+        "tensor_parallel_size": r.tensor_model_parallel_size,
         "gpu_memory_utilization": r.gpu_memory_utilization,
         "enforce_eager": r.enforce_eager,
         "enable_sleep_mode": r.free_cache_engine,

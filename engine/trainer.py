@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from engine import data as data_lib
-from engine import models, packing, sharding
+from engine import models, packing, sharding, ulysses
 from engine.artifacts import Artifacts, for_request, is_remote, join, localize
 from engine.checkpoint import (
     COMPLETE,
@@ -42,7 +42,7 @@ from engine.checkpoint import (
     save_state,
     step_dir,
 )
-from engine.config import JobRequest, JobResult
+from engine.config import JobRequest, JobResult, check_parallel
 from engine.distributed import (
     TorchThreads,
     all_reduce_grads,
@@ -195,6 +195,9 @@ class SupervisedWorker:
         torch.manual_seed(seed)  # fresh heads and LoRA weights: identical on every replica
         self.model, self.tokenizer = self.task.load_model()
         self.model.to(self.device)
+        # Sequence parallelism: groups of `sp` ranks share rows and split their tokens (`engine.ulysses`).
+        self.sp = ulysses.layout(getattr(self.cfg, "ulysses_sequence_parallel_size", 1), self.rank, self.world_size)
+        ulysses.enable(self.model, self.sp)
         self.model.train()
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         if self.world_size > 1:
@@ -267,7 +270,7 @@ class SupervisedWorker:
         start = time.perf_counter()
         rows = self.step_rows(step)
         normaliser = sum(self.task.weight(self.train[i]) for i in rows)
-        mine = [self.train[i] for i in rows[self.rank::self.world_size]]
+        mine = [self.train[i] for i in rows[self.sp.dp_rank::self.sp.dp_size]]
         lr = self.scheduler.get_last_lr()[0]
         self.optimizer.zero_grad(set_to_none=True)
         stats = dict.fromkeys(self.task.stat_keys, 0.0)
@@ -276,8 +279,8 @@ class SupervisedWorker:
                 loss_sum, batch_stats = self.task.forward(self.model, batch)
             if normaliser > 0:
                 # A filler micro-batch (fsdp2 lockstep) runs forward and backward, adding nothing.
-                self.precision.backward(loss_sum / normaliser * (1.0 if real else 0.0))
-            for k, v in batch_stats.items() if real else ():
+                self.precision.backward(loss_sum / normaliser * (self.sp.loss_scale if real else 0.0))
+            for k, v in batch_stats.items() if real and self.sp.counts else ():
                 stats[k] += v
         for p in self.params:  # a replica without rows still joins the all-reduce
             if p.grad is None:
@@ -308,10 +311,10 @@ class SupervisedWorker:
         self.model.eval()
         stats = dict.fromkeys(self.task.stat_keys, 0.0)
         try:
-            for batch, real in self._lockstep(self.micro_batches(self.val[self.rank::self.world_size])):
+            for batch, real in self._lockstep(self.micro_batches(self.val[self.sp.dp_rank::self.sp.dp_size])):
                 with self.precision.autocast():
                     _, batch_stats = self.task.forward(self.model, batch)
-                for k, v in batch_stats.items() if real else ():
+                for k, v in batch_stats.items() if real and self.sp.counts else ():
                     stats[k] += v
         finally:
             self.model.train()
@@ -410,6 +413,7 @@ def run_supervised(request: JobRequest, reporter: Reporter, task_cls: type, *, c
         raise ConfigError(f"{request.method} needs a {config_cls.__name__}, got {type(request.config).__name__}",
                           param="config")
     cfg = request.config
+    check_parallel(cfg, request.resources)
     if reporter.should_stop():
         raise Cancelled("job cancelled before it started")
     if reporter.should_pause():  # nothing trained in this attempt: its resume point stands

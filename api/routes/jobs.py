@@ -271,6 +271,39 @@ def _check_context(db: Session, body: JobCreate) -> None:
                        param=param)
 
 
+def _check_parallel(db: Session, body: JobCreate) -> None:
+    """`ulysses_sequence_parallel_size` must divide `resources.num_workers` and the model's attention
+    and key/value heads (config.json, when Keel can read it); PPO's sequence parallelism is not
+    implemented yet (its roles split rows, not tokens). vllm's `rollout.tensor_model_parallel_size`
+    must divide the GPUs of one rollout worker."""
+    hp, prefix = body.method.hyperparameters, "method.hyperparameters."
+    roles = ({"actor.": hp.actor, "critic.": hp.critic, "ref.": hp.ref} if body.method.type == "ppo"
+             else {"": hp} if hasattr(hp, "ulysses_sequence_parallel_size") else {})
+    config = None
+    for role, cfg in roles.items():
+        sp, param = cfg.ulysses_sequence_parallel_size, f"{prefix}{role}ulysses_sequence_parallel_size"
+        if sp == 1:
+            continue
+        if body.method.type == "ppo":
+            raise ApiError(422, "invalid_request", f"{param}: PPO's roles do not shard sequences yet; use 1 "
+                           "(SFT and reward-model jobs support sequence parallelism).", param=param)
+        if body.resources.num_workers % sp:
+            raise ApiError(422, "invalid_request", f"{param}: {sp} must divide resources.num_workers "
+                           f"({body.resources.num_workers}): the data-parallel size is their quotient.", param=param)
+        config = config if config is not None else (model_config(db, body.model) or {})
+        heads = config.get("num_attention_heads")
+        kv = config.get("num_key_value_heads") or heads
+        if isinstance(heads, int) and isinstance(kv, int) and (heads % sp or kv % sp):
+            raise ApiError(422, "invalid_request", f"{param}: {sp} must divide the model's {heads} attention "
+                           f"heads and {kv} key/value heads (its config.json).", param=param)
+    if body.method.type == "ppo" and hp.rollout.tensor_model_parallel_size > 1:
+        tp, gpus = hp.rollout.tensor_model_parallel_size, body.resources.gpus_per_worker
+        if gpus != int(gpus) or int(gpus) % tp:
+            param = prefix + "rollout.tensor_model_parallel_size"
+            raise ApiError(422, "invalid_request", f"{param}: {tp} must divide the GPUs of a rollout worker "
+                           f"(resources.gpus_per_worker {gpus:g}).", param=param)
+
+
 _FILE_STATS = select(File.stats).where(File.id == bindparam("file_id"))
 
 
@@ -320,6 +353,7 @@ def _resolve(db: Session, project_id: str, body: JobCreate) -> tuple[dict[str, A
     method = body.method
     body.model = _model_ref(db, project_id, body.model, "model")
     _check_context(db, body)
+    _check_parallel(db, body)
     nodes = _training_file(db, project_id, body.training_file, method.type, "training_file")
     if body.validation_file is not None:
         _training_file(db, project_id, body.validation_file, method.type, "validation_file")

@@ -97,6 +97,7 @@ def errors_at(title: str, *problems: tuple[tuple[str | int, ...], Any, str]) -> 
 
 
 Strategy = Literal["ddp", "fsdp2"]
+SequenceParallel = Annotated[int, Field(ge=1, le=64)]
 
 
 class FSDPConfig(Strict):
@@ -283,11 +284,34 @@ class _Supervised(Strict):
         return self
 
 
-class SFTConfig(_Supervised):
+def _sp_needs_packing(config: Any, problems: list, at: tuple[str, ...] = ()) -> None:
+    """Ulysses shards packed rows only (VERL's rule too); `at`: the role holding the knob."""
+    sp = (getattr(config, at[0]) if at else config).ulysses_sequence_parallel_size
+    if sp > 1 and not config.model.use_remove_padding:
+        problems.append(((*at, "ulysses_sequence_parallel_size"), sp,
+                         f"{'.'.join((*at, 'ulysses_sequence_parallel_size'))} > 1 needs model.use_remove_padding"))
+
+
+class _SequenceParallel(_Supervised):
+    ulysses_sequence_parallel_size: SequenceParallel = 1
+    """Workers that split every packed row's tokens (Ulysses: all-to-all over attention heads); the
+    data-parallel size is `resources.num_workers / this`. Needs `model.use_remove_padding`, must divide
+    `resources.num_workers` and the model's attention and key/value heads."""
+
+    @model_validator(mode="after")
+    def _sp_packed(self):
+        problems: list = []
+        _sp_needs_packing(self, problems)
+        if problems:
+            raise errors_at(type(self).__name__, *problems)
+        return self
+
+
+class SFTConfig(_SequenceParallel):
     """Supervised fine-tuning: causal-LM loss on response tokens only."""
 
 
-class RewardModelConfig(_Supervised):
+class RewardModelConfig(_SequenceParallel):
     """Bradley-Terry reward model: -log sigmoid(r_chosen - r_rejected - margin)."""
 
     center_rewards_coefficient: Coef = 0.0
@@ -355,6 +379,10 @@ class ActorConfig(Strict):
     strategy: Strategy = "ddp"
     """`ddp` or `fsdp2` for the actor's data-parallel workers (see `ModelConfig.strategy`)."""
     fsdp_config: FSDPConfig = Field(default_factory=FSDPConfig)
+    ulysses_sequence_parallel_size: SequenceParallel = 1
+    """Workers that split every packed row's tokens (Ulysses: all-to-all over attention heads); the
+    data-parallel size is `resources.num_workers / this`. Needs `model.use_remove_padding`, must divide
+    `resources.num_workers` and the model's attention and key/value heads."""
 
     @model_validator(mode="after")
     def _strategy(self):
@@ -378,11 +406,24 @@ class CriticConfig(Strict):
     strategy: Strategy = "ddp"
     """`ddp` or `fsdp2` for the critic's data-parallel workers (see `ModelConfig.strategy`)."""
     fsdp_config: FSDPConfig = Field(default_factory=FSDPConfig)
+    ulysses_sequence_parallel_size: SequenceParallel = 1
+    """Workers that split every packed row's tokens (Ulysses: all-to-all over attention heads); the
+    data-parallel size is `resources.num_workers / this`. Needs `model.use_remove_padding`, must divide
+    `resources.num_workers` and the model's attention and key/value heads."""
 
     @model_validator(mode="after")
     def _strategy(self):
         _offload_needs_fsdp2(self)
         return self
+
+
+class RefConfig(Strict):
+    """The reference policy's workers (VERL: `actor_rollout_ref.ref`)."""
+
+    ulysses_sequence_parallel_size: SequenceParallel = 1
+    """Workers that split every packed row's tokens (Ulysses: all-to-all over attention heads); the
+    data-parallel size is `resources.num_workers / this`. Needs `model.use_remove_padding`, must divide
+    `resources.num_workers` and the model's attention and key/value heads."""
 
 
 class RolloutConfig(Strict):
@@ -406,6 +447,9 @@ class RolloutConfig(Strict):
     so training gets the GPU memory back; woken before the next weight sync or generation."""
     gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
     """vllm: share of the GPU's memory the engine may take for weights and KV cache."""
+    tensor_model_parallel_size: Annotated[int, Field(ge=1, le=64)] = 1
+    """vllm: GPUs one engine splits the model over (tensor parallelism); must divide
+    `resources.gpus_per_worker`. Needs `name: vllm`."""
 
 
 class KLControlConfig(Strict):
@@ -542,6 +586,7 @@ class PPOConfig(Strict):
     model: ModelConfig = Field(default_factory=ModelConfig)
     actor: ActorConfig = Field(default_factory=ActorConfig)
     critic: CriticConfig = Field(default_factory=CriticConfig)
+    ref: RefConfig = Field(default_factory=RefConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     reward: RewardShapingConfig = Field(default_factory=RewardShapingConfig)
@@ -587,6 +632,11 @@ class PPOConfig(Strict):
                 problems.append(((role, "strategy"), "fsdp2",
                                  (f"{role}.strategy fsdp2 does not support LoRA: set model.lora_rank to 0 "
                                   "or use strategy ddp")))
+        for role in ("actor", "critic", "ref"):
+            _sp_needs_packing(self, problems, (role,))
+        if self.rollout.tensor_model_parallel_size > 1 and self.rollout.name != "vllm":
+            problems.append((("rollout", "tensor_model_parallel_size"), self.rollout.tensor_model_parallel_size,
+                             "rollout.tensor_model_parallel_size > 1 needs rollout.name vllm"))
         if problems:
             raise errors_at("PPOConfig", *problems)
         return self

@@ -104,7 +104,7 @@ class AdamParams:
     learning_rate: float = 1e-4
     beta1: float = 0.9
     beta2: float = 0.95
-    eps: float = 1e-12  # Tinker's default, as the server's
+    eps: float = 1e-8
     weight_decay: float = 0.0
     grad_clip_norm: float = 0.0
     """0: no clipping."""
@@ -167,8 +167,6 @@ class SampledSequence:
     stop_reason: str
     text: str = ""
     prompt_index: int = 0
-    sampling_logprobs: list[float] | None = None
-    """At the sampling temperature when it was not 1 (`logprobs` are at temperature 1, as `forward`'s)."""
 
 
 @dataclass
@@ -181,8 +179,7 @@ class SampleResponse:
     @classmethod
     def from_json(cls, result: dict[str, Any], tokens: int) -> SampleResponse:
         return cls([SampledSequence(list(s["tokens"]), list(s.get("logprobs") or []), s.get("stop_reason", ""),
-                                    s.get("text", ""), int(s.get("prompt_index", 0)),
-                                    list(s["sampling_logprobs"]) if s.get("sampling_logprobs") else None)
+                                    s.get("text", ""), int(s.get("prompt_index", 0)))
                     for s in result.get("sequences") or []], tokens)
 
 

@@ -166,3 +166,55 @@ def test_heads_must_split_over_the_group(demo_assets):
     padded = models.load_policy(demo_assets["model"], dataclasses.replace(ModelConfig(), use_remove_padding=False))
     with pytest.raises(ConfigError, match="use_remove_padding"):
         ulysses.enable(padded, ulysses.Layout(size=2))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["sft", "reward_model"])
+def test_two_workers_in_one_group_train_like_one(demo_assets, ray_local, tmp_path, method):
+    """`ulysses_sequence_parallel_size: 2` on two workers: one data-parallel group of two sequence
+    shards trains as one worker does (the first step's loss; every later step close)."""
+    from engine.config import JobRequest, Resources, RewardModelConfig, SFTConfig, build_config
+    from engine.reporting import RecordingReporter
+    from engine.reward_model import run_reward_model
+    from engine.sft import run_sft
+
+    runs = {}
+    for sp, workers in ((1, 1), (2, 2)):
+        cfg = {"data": {"train_batch_size": 8, "max_prompt_length": 32, "max_response_length": 32},
+               "optim": {"lr": 1e-3}, "trainer": {"total_training_steps": 2, "test_freq": 2},
+               "max_token_len_per_gpu": 256, "ulysses_sequence_parallel_size": sp}
+        cls, train, val = ((SFTConfig, "sft_train", "sft_val") if method == "sft"
+                           else (RewardModelConfig, "preference_train", "preference_val"))
+        req = JobRequest(job_id="t", method=method, config=build_config(cls, cfg), model_path=demo_assets["model"],
+                         training_file=demo_assets[train], validation_file=demo_assets[val],
+                         output_dir=str(tmp_path / f"out{sp}"), checkpoint_dir=str(tmp_path / f"ckpt{sp}"), seed=3,
+                         resources=Resources(num_workers=workers, cpus_per_worker=1))
+        reporter = RecordingReporter()
+        (run_sft if method == "sft" else run_reward_model)(req, reporter)
+        runs[sp] = [e["values"] for e in reporter.events if e["type"] == "metrics"]
+    train, val = ("train/loss", "val/loss") if method == "sft" else ("rm/loss", "val/rm/loss")
+    for one, two in zip(runs[1], runs[2], strict=True):
+        assert two[train] == pytest.approx(one[train], rel=1e-4, abs=1e-5)
+    assert runs[2][0][train] == pytest.approx(runs[1][0][train], abs=1e-5)
+    assert runs[2][-1][val] == pytest.approx(runs[1][-1][val], rel=1e-4, abs=1e-5)
+
+
+def test_parallel_knobs_are_checked_and_tp_reaches_vllm():
+    from engine.config import PPOConfig, Resources, SFTConfig, build_config, check_parallel
+    from engine.rollout import vllm_engine_kwargs
+
+    sft = build_config(SFTConfig, {"ulysses_sequence_parallel_size": 2})
+    check_parallel(sft, Resources(num_workers=4))
+    with pytest.raises(ConfigError) as err:
+        check_parallel(sft, Resources(num_workers=3))
+    assert err.value.param == "ulysses_sequence_parallel_size"
+    with pytest.raises(ConfigError, match="do not shard sequences yet"):
+        build_config(PPOConfig, {"critic": {"ulysses_sequence_parallel_size": 2}})
+    cfg = build_config(PPOConfig, {"rollout": {"name": "vllm", "tensor_model_parallel_size": 2}})
+    kwargs = vllm_engine_kwargs(cfg, model_path="/models/policy", lora_rank=0, seed=0)
+    assert kwargs["tensor_parallel_size"] == 2 and kwargs["distributed_executor_backend"] == "mp"
+    with pytest.raises(ConfigError) as err:
+        check_parallel(cfg, Resources(gpus_per_worker=1))
+    assert err.value.param == "rollout.tensor_model_parallel_size"
+    with pytest.raises(ConfigError):
+        build_config(PPOConfig, {"rollout": {"tensor_model_parallel_size": 2}})  # hf has no tensor parallelism

@@ -155,6 +155,7 @@ from .ppo_method import PPOMethod
 from .ppo_trainer_config import PPOTrainerConfig
 from .problem import Problem
 from .problem_errors_type_0_item import ProblemErrorsType0Item
+from .ref_config import RefConfig
 from .resources import Resources
 from .resources_cpus_per_worker_type_1 import ResourcesCpusPerWorkerType1
 from .resources_executor import ResourcesExecutor
@@ -382,6 +383,7 @@ __all__ = (
     "PPOTrainerConfig",
     "Problem",
     "ProblemErrorsType0Item",
+    "RefConfig",
     "Resources",
     "ResourcesCpusPerWorkerType1",
     "ResourcesExecutor",

@@ -43,6 +43,10 @@ class ActorConfig:
             `data.train_batch_size`. Default: 64.
         strategy (ActorConfigStrategy | Unset): `ddp` or `fsdp2` for the actor's data-parallel workers (see
             `ModelConfig.strategy`). Default: ActorConfigStrategy.DDP.
+        ulysses_sequence_parallel_size (int | Unset): Workers that split every packed row's tokens (Ulysses: all-to-all
+            over attention heads); the
+            data-parallel size is `resources.num_workers / this`. Needs `model.use_remove_padding`, must divide
+            `resources.num_workers` and the model's attention and key/value heads. Default: 1.
         use_dynamic_bsz (bool | Unset):  Default: True.
         use_kl_loss (bool | Unset):  Default: False.
     """
@@ -62,6 +66,7 @@ class ActorConfig:
     ppo_micro_batch_size_per_gpu: int | Unset = 2
     ppo_mini_batch_size: int | Unset = 64
     strategy: ActorConfigStrategy | Unset = ActorConfigStrategy.DDP
+    ulysses_sequence_parallel_size: int | Unset = 1
     use_dynamic_bsz: bool | Unset = True
     use_kl_loss: bool | Unset = False
 
@@ -114,6 +119,8 @@ class ActorConfig:
         if not isinstance(self.strategy, Unset):
             strategy = self.strategy.value
 
+        ulysses_sequence_parallel_size = self.ulysses_sequence_parallel_size
+
         use_dynamic_bsz = self.use_dynamic_bsz
 
         use_kl_loss = self.use_kl_loss
@@ -151,6 +158,8 @@ class ActorConfig:
             field_dict["ppo_mini_batch_size"] = ppo_mini_batch_size
         if strategy is not UNSET:
             field_dict["strategy"] = strategy
+        if ulysses_sequence_parallel_size is not UNSET:
+            field_dict["ulysses_sequence_parallel_size"] = ulysses_sequence_parallel_size
         if use_dynamic_bsz is not UNSET:
             field_dict["use_dynamic_bsz"] = use_dynamic_bsz
         if use_kl_loss is not UNSET:
@@ -233,6 +242,8 @@ class ActorConfig:
         else:
             strategy = ActorConfigStrategy(_strategy)
 
+        ulysses_sequence_parallel_size = d.pop("ulysses_sequence_parallel_size", UNSET)
+
         use_dynamic_bsz = d.pop("use_dynamic_bsz", UNSET)
 
         use_kl_loss = d.pop("use_kl_loss", UNSET)
@@ -253,6 +264,7 @@ class ActorConfig:
             ppo_micro_batch_size_per_gpu=ppo_micro_batch_size_per_gpu,
             ppo_mini_batch_size=ppo_mini_batch_size,
             strategy=strategy,
+            ulysses_sequence_parallel_size=ulysses_sequence_parallel_size,
             use_dynamic_bsz=use_dynamic_bsz,
             use_kl_loss=use_kl_loss,
         )

@@ -32,6 +32,10 @@ class CriticConfig:
         ppo_mini_batch_size (int | None | Unset): Defaults to the actor's; at most `data.train_batch_size`.
         strategy (CriticConfigStrategy | Unset): `ddp` or `fsdp2` for the critic's data-parallel workers (see
             `ModelConfig.strategy`). Default: CriticConfigStrategy.DDP.
+        ulysses_sequence_parallel_size (int | Unset): Workers that split every packed row's tokens (Ulysses: all-to-all
+            over attention heads); the
+            data-parallel size is `resources.num_workers / this`. Needs `model.use_remove_padding`, must divide
+            `resources.num_workers` and the model's attention and key/value heads. Default: 1.
         use_dynamic_bsz (bool | Unset):  Default: True.
     """
 
@@ -44,6 +48,7 @@ class CriticConfig:
     ppo_micro_batch_size_per_gpu: int | Unset = 2
     ppo_mini_batch_size: int | None | Unset = UNSET
     strategy: CriticConfigStrategy | Unset = CriticConfigStrategy.DDP
+    ulysses_sequence_parallel_size: int | Unset = 1
     use_dynamic_bsz: bool | Unset = True
 
     def to_dict(self) -> dict[str, Any]:
@@ -81,6 +86,8 @@ class CriticConfig:
         if not isinstance(self.strategy, Unset):
             strategy = self.strategy.value
 
+        ulysses_sequence_parallel_size = self.ulysses_sequence_parallel_size
+
         use_dynamic_bsz = self.use_dynamic_bsz
 
         field_dict: dict[str, Any] = {}
@@ -104,6 +111,8 @@ class CriticConfig:
             field_dict["ppo_mini_batch_size"] = ppo_mini_batch_size
         if strategy is not UNSET:
             field_dict["strategy"] = strategy
+        if ulysses_sequence_parallel_size is not UNSET:
+            field_dict["ulysses_sequence_parallel_size"] = ulysses_sequence_parallel_size
         if use_dynamic_bsz is not UNSET:
             field_dict["use_dynamic_bsz"] = use_dynamic_bsz
 
@@ -167,6 +176,8 @@ class CriticConfig:
         else:
             strategy = CriticConfigStrategy(_strategy)
 
+        ulysses_sequence_parallel_size = d.pop("ulysses_sequence_parallel_size", UNSET)
+
         use_dynamic_bsz = d.pop("use_dynamic_bsz", UNSET)
 
         critic_config = cls(
@@ -179,6 +190,7 @@ class CriticConfig:
             ppo_micro_batch_size_per_gpu=ppo_micro_batch_size_per_gpu,
             ppo_mini_batch_size=ppo_mini_batch_size,
             strategy=strategy,
+            ulysses_sequence_parallel_size=ulysses_sequence_parallel_size,
             use_dynamic_bsz=use_dynamic_bsz,
         )
 

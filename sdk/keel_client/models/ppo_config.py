@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ..models.guardrail_config import GuardrailConfig
     from ..models.model_config import ModelConfig
     from ..models.ppo_trainer_config import PPOTrainerConfig
+    from ..models.ref_config import RefConfig
     from ..models.reward_shaping_config import RewardShapingConfig
     from ..models.rollout_config import RolloutConfig
 
@@ -33,6 +34,7 @@ class PPOConfig:
         data (DataConfig | Unset): Batching and lengths (VERL: `data`).
         guardrails (GuardrailConfig | Unset): The recipe's monitoring points, enforced.
         model (ModelConfig | Unset): How the trained model is loaded (VERL: `actor_rollout_ref.model`).
+        ref (RefConfig | Unset): The reference policy's workers (VERL: `actor_rollout_ref.ref`).
         reward (RewardShapingConfig | Unset): What is done to every sequence score before advantages (VERL:
             `reward_model`).
         rollout (RolloutConfig | Unset): Sampling (VERL: `actor_rollout_ref.rollout`).
@@ -45,6 +47,7 @@ class PPOConfig:
     data: DataConfig | Unset = UNSET
     guardrails: GuardrailConfig | Unset = UNSET
     model: ModelConfig | Unset = UNSET
+    ref: RefConfig | Unset = UNSET
     reward: RewardShapingConfig | Unset = UNSET
     rollout: RolloutConfig | Unset = UNSET
     trainer: PPOTrainerConfig | Unset = UNSET
@@ -74,6 +77,10 @@ class PPOConfig:
         if not isinstance(self.model, Unset):
             model = self.model.to_dict()
 
+        ref: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.ref, Unset):
+            ref = self.ref.to_dict()
+
         reward: dict[str, Any] | Unset = UNSET
         if not isinstance(self.reward, Unset):
             reward = self.reward.to_dict()
@@ -101,6 +108,8 @@ class PPOConfig:
             field_dict["guardrails"] = guardrails
         if model is not UNSET:
             field_dict["model"] = model
+        if ref is not UNSET:
+            field_dict["ref"] = ref
         if reward is not UNSET:
             field_dict["reward"] = reward
         if rollout is not UNSET:
@@ -119,6 +128,7 @@ class PPOConfig:
         from ..models.guardrail_config import GuardrailConfig  # noqa: PLC0415
         from ..models.model_config import ModelConfig  # noqa: PLC0415
         from ..models.ppo_trainer_config import PPOTrainerConfig  # noqa: PLC0415
+        from ..models.ref_config import RefConfig  # noqa: PLC0415
         from ..models.reward_shaping_config import RewardShapingConfig  # noqa: PLC0415
         from ..models.rollout_config import RolloutConfig  # noqa: PLC0415
 
@@ -165,6 +175,13 @@ class PPOConfig:
         else:
             model = ModelConfig.from_dict(_model)
 
+        _ref = d.pop("ref", UNSET)
+        ref: RefConfig | Unset
+        if isinstance(_ref, Unset):
+            ref = UNSET
+        else:
+            ref = RefConfig.from_dict(_ref)
+
         _reward = d.pop("reward", UNSET)
         reward: RewardShapingConfig | Unset
         if isinstance(_reward, Unset):
@@ -193,6 +210,7 @@ class PPOConfig:
             data=data,
             guardrails=guardrails,
             model=model,
+            ref=ref,
             reward=reward,
             rollout=rollout,
             trainer=trainer,

@@ -28,6 +28,9 @@ class RolloutConfig:
             `reinforce_plus_plus_baseline`). Default: 5.
         name (RolloutConfigName | Unset):  Default: RolloutConfigName.HF.
         temperature (float | Unset):  Default: 1.0.
+        tensor_model_parallel_size (int | Unset): vllm: GPUs one engine splits the model over (tensor parallelism); must
+            divide
+            `resources.gpus_per_worker`. Needs `name: vllm`. Default: 1.
         top_k (int | Unset): -1 disables top-k. Default: -1.
         top_p (float | Unset):  Default: 1.0.
         val_temperature (float | Unset): Validation decoding temperature (0 = greedy). Default: 0.0.
@@ -40,6 +43,7 @@ class RolloutConfig:
     n: int | Unset = 5
     name: RolloutConfigName | Unset = RolloutConfigName.HF
     temperature: float | Unset = 1.0
+    tensor_model_parallel_size: int | Unset = 1
     top_k: int | Unset = -1
     top_p: float | Unset = 1.0
     val_temperature: float | Unset = 0.0
@@ -60,6 +64,8 @@ class RolloutConfig:
             name = self.name.value
 
         temperature = self.temperature
+
+        tensor_model_parallel_size = self.tensor_model_parallel_size
 
         top_k = self.top_k
 
@@ -84,6 +90,8 @@ class RolloutConfig:
             field_dict["name"] = name
         if temperature is not UNSET:
             field_dict["temperature"] = temperature
+        if tensor_model_parallel_size is not UNSET:
+            field_dict["tensor_model_parallel_size"] = tensor_model_parallel_size
         if top_k is not UNSET:
             field_dict["top_k"] = top_k
         if top_p is not UNSET:
@@ -115,6 +123,8 @@ class RolloutConfig:
 
         temperature = d.pop("temperature", UNSET)
 
+        tensor_model_parallel_size = d.pop("tensor_model_parallel_size", UNSET)
+
         top_k = d.pop("top_k", UNSET)
 
         top_p = d.pop("top_p", UNSET)
@@ -129,6 +139,7 @@ class RolloutConfig:
             n=n,
             name=name,
             temperature=temperature,
+            tensor_model_parallel_size=tensor_model_parallel_size,
             top_k=top_k,
             top_p=top_p,
             val_temperature=val_temperature,

@@ -31,6 +31,10 @@ class SFTConfig:
         model (ModelConfig | Unset): How the trained model is loaded (VERL: `actor_rollout_ref.model`).
         optim (OptimConfig | Unset): AdamW with warm-up and a schedule (VERL: `optim`).
         trainer (TrainerConfig | Unset): Loop length and cadence (VERL: `trainer`).
+        ulysses_sequence_parallel_size (int | Unset): Workers that split every packed row's tokens (Ulysses: all-to-all
+            over attention heads); the
+            data-parallel size is `resources.num_workers / this`. Needs `model.use_remove_padding`, must divide
+            `resources.num_workers` and the model's attention and key/value heads. Default: 1.
         use_dynamic_bsz (bool | Unset):  Default: True.
     """
 
@@ -41,6 +45,7 @@ class SFTConfig:
     model: ModelConfig | Unset = UNSET
     optim: OptimConfig | Unset = UNSET
     trainer: TrainerConfig | Unset = UNSET
+    ulysses_sequence_parallel_size: int | Unset = 1
     use_dynamic_bsz: bool | Unset = True
 
     def to_dict(self) -> dict[str, Any]:
@@ -68,6 +73,8 @@ class SFTConfig:
         if not isinstance(self.trainer, Unset):
             trainer = self.trainer.to_dict()
 
+        ulysses_sequence_parallel_size = self.ulysses_sequence_parallel_size
+
         use_dynamic_bsz = self.use_dynamic_bsz
 
         field_dict: dict[str, Any] = {}
@@ -87,6 +94,8 @@ class SFTConfig:
             field_dict["optim"] = optim
         if trainer is not UNSET:
             field_dict["trainer"] = trainer
+        if ulysses_sequence_parallel_size is not UNSET:
+            field_dict["ulysses_sequence_parallel_size"] = ulysses_sequence_parallel_size
         if use_dynamic_bsz is not UNSET:
             field_dict["use_dynamic_bsz"] = use_dynamic_bsz
 
@@ -140,6 +149,8 @@ class SFTConfig:
         else:
             trainer = TrainerConfig.from_dict(_trainer)
 
+        ulysses_sequence_parallel_size = d.pop("ulysses_sequence_parallel_size", UNSET)
+
         use_dynamic_bsz = d.pop("use_dynamic_bsz", UNSET)
 
         sft_config = cls(
@@ -150,6 +161,7 @@ class SFTConfig:
             model=model,
             optim=optim,
             trainer=trainer,
+            ulysses_sequence_parallel_size=ulysses_sequence_parallel_size,
             use_dynamic_bsz=use_dynamic_bsz,
         )
 
