@@ -16,8 +16,8 @@ RUN pip install "fastapi>=0.135" "uvicorn[standard]>=0.30" "python-multipart>=0.
 COPY pyproject.toml README.md alembic.ini ./
 COPY api api
 COPY core core
-# workers: only the dispatch side (dispatch -> celery_app, reporter); never tasks (it imports the engine).
-COPY workers/__init__.py workers/celery_app.py workers/dispatch.py workers/reporter.py workers/
+# workers: only the dispatch side (dispatch -> celery_app, reporter -> manifest); never tasks (it imports the engine).
+COPY workers/__init__.py workers/celery_app.py workers/dispatch.py workers/reporter.py workers/manifest.py workers/
 COPY keel_cli keel_cli
 COPY migrations migrations
 COPY sdk sdk

@@ -181,7 +181,9 @@ def build_world(client, keel_home: Path, monkeypatch, prefix: str = "world") -> 
         checkpoint_id, model_id = ckpt.id, model.id
         db.execute(update(Job).where(Job.id == job_id).values(
             status="succeeded", started_at=utcnow(), finished_at=utcnow(), output_model_id=model_id,
-            progress={"step": 1, "total_steps": 1}, latest_metrics={"train/loss": 0.5}))
+            progress={"step": 1, "total_steps": 1}, latest_metrics={"train/loss": 0.5},
+            manifest={"recorded_at": 0, "method": "reward_model", "packages": {}, "config": {}, "resources": {},
+                      "seeds": {"seed": 0}, "datasets": {}, "base_model": {"ref": "org/name"}, "hardware": {}}))
         events.append_event(db, job_id, "job.status", {"status": "running"}, commit=False)
         events.append_event(db, job_id, "job.metrics", {"step": 1, "total_steps": 1,
                                                          "values": {"train/loss": 0.5}}, commit=False)
