@@ -17,7 +17,8 @@ estimate follows what the engine keeps alive, per worker:
   scalar head) and the working set of one layer's backward. Gradient checkpointing keeps only each
   layer's input and recomputes one layer at a time. Token counts follow the micro-batching: a token
   budget (`use_dynamic_bsz`) or rows x longest sequence; with `use_remove_padding` sequences are
-  packed, so the budget counts real tokens.
+  packed, so the budget counts real tokens. Ulysses sequence parallelism
+  (`ulysses_sequence_parallel_size`) divides the decoder layers' tokens by the group's size.
 - PPO: each role (actor, critic, reference, reward) separately; colocated roles live in one process,
   so their weights and optimizer state add up while activations (the roles run one after another)
   take the largest. Generation keeps a KV cache for every row a worker samples. The rollback
@@ -396,8 +397,11 @@ def padded_attention_bytes(arch: Architecture, k: Knobs, seq: int) -> float:
     return 0.0 if k.packing else arch.num_attention_heads * seq * DTYPE_BYTES.get(k.dtype, FP32)
 
 
-def training_activations(arch: Architecture, k: Knobs, tokens: float, head: str, loss: str, seq: int) -> float:
-    """Peak activation bytes of one forward + backward over `tokens` tokens of sequences of `seq`."""
+def training_activations(arch: Architecture, k: Knobs, tokens: float, head: str, loss: str, seq: int,
+                         sp: int = 1) -> float:
+    """Peak activation bytes of one forward + backward over `tokens` tokens of sequences of `seq`;
+    with Ulysses sequence parallelism over `sp` workers the decoder layers hold `tokens / sp` each,
+    the head (after the hidden states are gathered) all of them."""
     c = DTYPE_BYTES.get(k.dtype, FP32)
     h, v = arch.hidden_size, arch.vocab_size
     layer = layer_bytes_per_token(arch, c, k.lora_rank) + padded_attention_bytes(arch, k, seq)
@@ -412,14 +416,15 @@ def training_activations(arch: Architecture, k: Knobs, tokens: float, head: str,
         head_bytes = 2 * h * FP32 + logits + LOSS_HEAD_TEMPS[loss] * v * FP32
     else:
         head_bytes = 2 * h * FP32 + 2 * FP32
-    return tokens * (kept + working + head_bytes)
+    return tokens / sp * (kept + working) + tokens * head_bytes
 
 
-def training_transient(arch: Architecture, k: Knobs, tokens: float, head: str, loss: str, seq: int) -> float:
+def training_transient(arch: Architecture, k: Knobs, tokens: float, head: str, loss: str, seq: int,
+                       sp: int = 1) -> float:
     """The share of `training_activations` that is not kept for backward: one layer's working set and
     the head."""
     no_layers = Architecture(**{**arch.__dict__, "num_hidden_layers": 0})
-    return training_activations(no_layers, k, tokens, head, loss, seq)
+    return training_activations(no_layers, k, tokens, head, loss, seq, sp)
 
 
 def inference_activations(arch: Architecture, dtype: str, tokens: float, head: str) -> float:
@@ -533,7 +538,8 @@ def _supervised_roles(method: str, hp: Mapping[str, Any], workers: int, arch: Ar
                              arch.parameters(head))
     k = knobs(hp, None, lora)
     mem = trained_state(arch, k, head, workers)
-    rows = math.ceil(int(_get(hp, "data.train_batch_size", 64)) / workers)
+    sp = int(_get(hp, "ulysses_sequence_parallel_size", 1))  # a group of `sp` workers shares its rows
+    rows = math.ceil(int(_get(hp, "data.train_batch_size", 64)) / max(1, workers // sp))
     if method == "sft":
         seq = int(_get(hp, "data.max_prompt_length", 1024)) + int(_get(hp, "data.max_response_length", 2048))
         per_row = 1
@@ -545,8 +551,8 @@ def _supervised_roles(method: str, hp: Mapping[str, Any], workers: int, arch: Ar
     tokens = micro_tokens(rows=rows, seq=seq, per_row=per_row, dynamic=dynamic,
                           budget=int(_get(hp, "max_token_len_per_gpu", 3072)),
                           size=int(_get(hp, "micro_batch_size_per_gpu", 2)))
-    mem.activations = training_activations(arch, k, tokens, head, "sft", seq)
-    mem.transient = training_transient(arch, k, tokens, head, "sft", seq)
+    mem.activations = training_activations(arch, k, tokens, head, "sft", seq, sp)
+    mem.transient = training_transient(arch, k, tokens, head, "sft", seq, sp)
     roles = {"trainer": mem}
     if method == "dpo":
         # The frozen reference scores the data once before the policy loads (rank 0), then is released.
