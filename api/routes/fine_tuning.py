@@ -168,14 +168,16 @@ def _keel_method(db: Session, body: FineTuningJobCreate, source: File, training:
     resolved: dict[str, Any] = {"n_epochs": epochs, "batch_size": batch, "learning_rate_multiplier": multiplier}
     data = {"train_batch_size": batch, **_lengths(db, body.model, kind)}
     trainer = {"total_epochs": epochs, "save_freq": steps_per_epoch, "test_freq": steps_per_epoch}
+    # A batch of one (a two-row file less its hold-out) takes micro-batches of one too.
+    micro = {"micro_batch_size_per_gpu": batch} if batch < 2 else {}
     if kind == "supervised":
-        hyper = {"data": data, "optim": {"lr": lr}, "trainer": trainer}
+        hyper = {"data": data, "optim": {"lr": lr}, "trainer": trainer, **micro}
         keel: dict[str, Any] = {"type": "sft", "hyperparameters": hyper}
     elif kind == "dpo":
         beta = _auto(hp.beta, DEFAULT_BETA)
         resolved["beta"] = beta
         keel = {"type": "dpo", "hyperparameters": {"data": data, "optim": {"lr": lr}, "trainer": trainer,
-                                                   "beta": beta}}
+                                                   "beta": beta, **micro}}
     else:
         grader, validated = checked_grader(db, source.project_id, spec.grader, "method.reinforcement.grader")
         _check_item_fields(validated, source)
