@@ -104,29 +104,6 @@ def demo_assets(directory: str | os.PathLike | None = None) -> dict[str, str]:
     return build_demo_assets(out)
 
 
-def preference_inputs(args) -> tuple[str, str, str | None]:
-    """(model, train pairs, validation pairs) of a pairwise bench from `--model/--data/--val-data`, falling
-    back to the demo model (`--wide`: the wide one) and the demo pairs (`--longtail`: the long-tail ones)."""
-    model, data, val_data = args.model, args.data, args.val_data
-    if model and data:
-        return model, data, val_data
-    assets = demo_assets()
-    if not model and args.wide:
-        from bench.datasets import wide_model_path
-
-        model = wide_model_path(tokenizer_dir=assets["tokenizer"])
-    model = model or assets["model"]
-    if not data:
-        if args.longtail:
-            from bench.datasets import longtail_paths
-
-            paths = longtail_paths(tokenizer_dir=assets["tokenizer"])
-            data, val_data = paths["train"], val_data or paths["val"]
-        else:
-            data, val_data = assets["preference_train"], val_data or assets["preference_val"]
-    return model, data, val_data
-
-
 def _safetensors_shapes(path: Path) -> dict[str, list[int]]:
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))

@@ -196,6 +196,25 @@ def wide_model_path(directory: str | Path | None = None, tokenizer_dir: str | No
     return str(out)
 
 
+def preference_inputs(args) -> tuple[str, str, str | None]:
+    """(model, train pairs, validation pairs) of a pairwise bench from `--model/--data/--val-data`, falling
+    back to the demo model (`--wide`: the wide one) and the demo pairs (`--longtail`: the long-tail ones)."""
+    model, data, val_data = args.model, args.data, args.val_data
+    if model and data:
+        return model, data, val_data
+    assets = demo_assets()
+    if not model and args.wide:
+        model = wide_model_path(tokenizer_dir=assets["tokenizer"])
+    model = model or assets["model"]
+    if not data:
+        if args.longtail:
+            paths = longtail_paths(tokenizer_dir=assets["tokenizer"])
+            data, val_data = paths["train"], val_data or paths["val"]
+        else:
+            data, val_data = assets["preference_train"], val_data or assets["preference_val"]
+    return model, data, val_data
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=str(out_dir() / "data"))

@@ -40,9 +40,9 @@ from bench.common import (
     job_resources,
     load_average,
     matmul_params,
-    preference_inputs,
     set_threads,
 )
+from bench.datasets import preference_inputs
 from bench.reward_model import CPUClockReporter, pair_throughput
 
 TIMING_NOTE = ("sum of timing_s/step over steps 2..N; excludes loading, the reference pass (reference_s), "

@@ -47,10 +47,10 @@ from bench.common import (
     job_resources,
     load_average,
     matmul_params,
-    preference_inputs,
     set_threads,
     spread,
 )
+from bench.datasets import preference_inputs
 from engine.reporting import RecordingReporter
 
 TIMING_NOTE = "sum of timing_s/step over steps 2..N; excludes loading, tokenization, step 1, validation, save"
