@@ -178,11 +178,6 @@ def lockstep(items: Sequence[Any], filler: Any, *, active: bool, device: torch.d
     return out + [(filler, False)] * (int(count.item()) - len(out))
 
 
-def grad_norm(total: torch.Tensor) -> float:
-    """`clip_grad_norm_`'s result as a float (a DTensor over sharded gradients)."""
-    return float(total.full_tensor() if isinstance(total, _dtensor_cls()) else total)
-
-
 # --- memory -------------------------------------------------------------------------------------------
 
 def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None) -> int:
