@@ -16,14 +16,28 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from engine.config import Resources
 from engine.distributed import TorchThreads, node_identity, worker_threads
 from engine.errors import ConfigError
 
-if TYPE_CHECKING:  # RoleSpec's module imports Ray when it is installed; the spec is only a record here
-    from engine.roles.remote import RoleSpec
+
+@dataclass
+class RoleSpec:
+    """One role to start: `cls(*args, **kwargs, rank=i, world_size=num_workers, ...)` per worker. Either
+    executor takes it (`engine.roles.remote.RoleCluster`, `LocalRoleCluster`); it lives here, where Ray is
+    never imported."""
+
+    name: str
+    cls: type
+    args: tuple = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    num_workers: int = 1
+    data_parallel: bool = False
+    """Join the workers into a torch.distributed group (trained roles)."""
+    uses_gpu: bool = True
 
 
 class Done:
@@ -100,7 +114,7 @@ class LocalRoleCluster:
     """Every role's single worker, built in this process, one after another.
 
     Args:
-        specs: the roles (`engine.roles.remote.RoleSpec`); each must have one worker.
+        specs: the roles; each must have one worker.
         resources: the job's `Resources`; a GPU is used when `gpus_per_worker > 0` and one is visible.
     """
 

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 try:
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-except ImportError:  # the in-process executor (engine.roles.local) needs only `RoleSpec` from here
+except ImportError:  # the in-process executor's callers import only `RoleSpec` through here
     ray = None
 
 from engine.cluster import code_options
@@ -38,7 +37,7 @@ from engine.distributed import WorkerLost, is_collective_failure, placement_stra
 from engine.errors import EngineError
 from engine.roles.actor import ActorRollout
 from engine.roles.critic import Critic
-from engine.roles.local import submit_then
+from engine.roles.local import RoleSpec, submit_then
 from engine.roles.reference import Reference
 from engine.roles.reward import Reward
 
@@ -93,20 +92,6 @@ REMOTE_CLASSES: dict[type, Any] = ({cls: ray.remote(cls)
                                     for cls in (ActorRollout, Critic, Reference, Reward, Colocated)}
                                    if ray is not None else {})
 """Each role class (and the colocated host) wrapped with `ray.remote`, once."""
-
-
-@dataclass
-class RoleSpec:
-    """One role to start: `cls(*args, **kwargs, rank=i, world_size=num_workers, ...)` per worker."""
-
-    name: str
-    cls: type
-    args: tuple = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    num_workers: int = 1
-    data_parallel: bool = False
-    """Join the workers into a torch.distributed group (trained roles)."""
-    uses_gpu: bool = True
 
 
 class RoleGroup:
