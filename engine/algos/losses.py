@@ -27,12 +27,14 @@ def agg_loss(
         token-mean              sum_i,t L m / sum_i,t m             every token weighs the same
         seq-mean-token-sum      mean_i (sum_t L m)                  long answers weigh more
         seq-mean-token-mean     mean_i (sum_t L m / sum_t m)        every sequence weighs the same
-        seq-mean-token-sum-norm sum_i,t L m / T                     Dr. GRPO (arXiv:2503.20783)
+        seq-mean-token-sum-norm mean_i (sum_t L m) / T              Dr. GRPO (arXiv:2503.20783)
 
     `seq-mean-token-mean` averages over rows that have at least one real token (an all-padding row
-    would be 0/0). `seq-mean-token-sum-norm` sums over sequences (as VERL does, no `1/B`) and divides
-    by `loss_scale_factor`, which defaults to `T`; pass a constant (e.g. the max response length) so the scale does not change with the padded
-    width of each batch, as the paper intends.
+    would be 0/0). `seq-mean-token-sum-norm` is Dr. GRPO's `1/G sum_i sum_t L / MAX_TOKENS`, as
+    VERL's `agg_loss` computes it now: a mean over sequences (a sum over them would grow the gradient
+    with the batch size) of token sums divided by `loss_scale_factor`, which defaults to `T`; pass a
+    constant (e.g. the max response length) so the scale does not change with the padded width of
+    each batch, as the paper intends.
 
     Args:
         loss_mat: `(batch, response_len)`.
@@ -53,7 +55,7 @@ def agg_loss(
         return masked_mean(seq_losses, tokens > 0)
     if mode == "seq-mean-token-sum-norm":
         scale = loss_mask.shape[-1] if loss_scale_factor is None else loss_scale_factor
-        return masked_sum(loss_mat, loss_mask) / scale
+        return masked_sum(loss_mat, loss_mask, dim=-1).mean() / scale
     raise ValueError(f"unknown loss_agg_mode {mode!r}; valid: {', '.join(LOSS_AGG_MODES)}")
 
 

@@ -54,15 +54,15 @@ def loss_weight(mask: torch.Tensor, mode: str, response_width: int) -> float:
         return float((mask.sum(-1) > 0).sum())
     if mode == "seq-mean-token-sum":
         return float(mask.shape[0])
-    # seq-mean-token-sum-norm divides a plain sum by the trimmed width; rescale to the full width.
-    return mask.shape[1] / response_width
+    # seq-mean-token-sum-norm: a mean over rows, divided by the trimmed width; rescale to the full width.
+    return mask.shape[0] * mask.shape[1] / response_width
 
 
 def mini_batch_totals(role: TrainableRole, batch: Batch, bounds: Sequence[Sequence[int]],
                       mode: str) -> list[float]:
     """Per mini-batch, the sum of `loss_weight` over all its rows on all workers."""
-    if mode == "seq-mean-token-sum-norm":
-        return [1.0] * len(bounds)
+    # seq-mean-token-sum-norm's weights carry a width ratio; what it divides by is the row count.
+    mode = "seq-mean-token-sum" if mode == "seq-mean-token-sum-norm" else mode
     width = batch["response_mask"].shape[1]
     local = [loss_weight(batch["response_mask"][list(rows)], mode, width) if rows else 0.0 for rows in bounds]
     return role._global_sum(local)

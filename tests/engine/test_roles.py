@@ -126,6 +126,26 @@ def test_micro_batching_does_not_change_the_update(demo_assets, prompts):
         m1["actor/pg_loss"][0] / m1["actor/pg_loss"][1], rel=1e-4, abs=1e-6)
 
 
+@pytest.mark.parametrize("mode", ["seq-mean-token-sum-norm", "token-mean"])
+def test_duplicated_rows_give_the_same_actor_gradient(mode, demo_assets, prompts):
+    """Dr. GRPO's seq-mean-token-sum-norm is a mean over sequences: the same rows twice in a
+    mini-batch (split over micro-batches of different widths) give the same gradient norm."""
+    from engine.roles.actor import ActorRollout
+    from engine.roles.batch import concat
+
+    role = ActorRollout(config(actor={"loss_agg_mode": mode, "ppo_epochs": 1, "ppo_micro_batch_size_per_gpu": 3}),
+                        demo_assets["model"], total_steps=10)
+    batch = _train_batch(role, rollout(role, prompts[:4]))
+    del batch["policy_version"]  # the same rows are trained twice, from the same restored weights
+    role.snapshot()
+    norms = []
+    for rows in (batch, concat([batch, batch])):
+        norms.append(role.update_actor(rows, [len(rows["input_ids"])])["metrics"]["actor/grad_norm"][0])
+        role.restore()
+    assert norms[0] > 0
+    assert norms[1] == pytest.approx(norms[0], rel=1e-5)
+
+
 def test_update_snapshot_restore_and_mitigation(demo_assets, prompts):
     from engine.roles.actor import ActorRollout
 

@@ -131,7 +131,7 @@ AGG_MASK = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
         ("token-mean", 29 / 6),
         ("seq-mean-token-sum", (3 + 26 + 0) / 3),
         ("seq-mean-token-mean", (1.5 + 6.5) / 2),  # the all-padding row is left out, not 0/0
-        ("seq-mean-token-sum-norm", 29 / 4),
+        ("seq-mean-token-sum-norm", (3 + 26 + 0) / 3 / 4),  # a mean over rows, as Dr. GRPO and VERL
     ],
 )
 def test_agg_loss_hand_computed(mode, expected):
@@ -139,7 +139,7 @@ def test_agg_loss_hand_computed(mode, expected):
 
 
 def test_agg_loss_sum_norm_with_constant_scale():
-    assert agg_loss(LOSS_MAT, AGG_MASK, "seq-mean-token-sum-norm", loss_scale_factor=8).item() == 29 / 8
+    assert agg_loss(LOSS_MAT, AGG_MASK, "seq-mean-token-sum-norm", loss_scale_factor=8).item() == pytest.approx(29 / 3 / 8)
 
 
 def test_agg_loss_unknown_mode_names_valid_ones():
@@ -232,11 +232,27 @@ def test_importance_sampling_loss_hand_computed():
     assert torch.allclose(current.grad, expected)
 
 
-def test_policy_loss_with_scale_one_is_a_token_sum():
+def test_policy_loss_with_scale_one_is_a_mean_of_token_sums():
     log_prob = LOG_RATIO.clone()
     loss, _ = policy_loss(torch.zeros(2, 4), log_prob, ADV, MASK, loss_agg_mode="seq-mean-token-sum-norm",
                           loss_scale_factor=1.0)
-    assert loss.item() == pytest.approx(-1.2 - 0.5 + 0.8 + 3.0 - 2.4 + 1.0)
+    assert loss.item() == pytest.approx((-1.2 - 0.5 + 0.8 + 3.0 - 2.4 + 1.0) / 2)
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_duplicating_every_sequence_leaves_the_gradient_alone(mode):
+    """Dr. GRPO's loss is per sequence (`1/G`): twice the same rows give the same gradient, in every
+    mode (a sum over sequences in seq-mean-token-sum-norm doubled it)."""
+    grads = []
+    for copies in (1, 2):
+        log_prob = LOG_RATIO.clone().requires_grad_(True)
+        rows = log_prob.repeat(copies, 1)
+        loss, _ = policy_loss(torch.zeros_like(rows), rows, ADV.repeat(copies, 1), MASK.repeat(copies, 1),
+                              loss_agg_mode=mode)
+        loss.backward()
+        grads.append(log_prob.grad)
+    assert grads[0].abs().sum() > 0
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-6, atol=0.0)
 
 
 # --- Tinker's policy-gradient losses, by hand ---------------------------------------------------------------
