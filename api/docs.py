@@ -58,7 +58,7 @@ def problem_json_errors(schema: dict[str, Any]) -> dict[str, Any]:
     its own `HTTPValidationError` for 422s a route does not declare, and also lists a declared
     Problem under the route's own media type (`application/json`, `text/event-stream`). On the
     OpenAI-compatible routes a validation error is a 400, as OpenAI answers it. Idempotent."""
-    from api.openai_errors import is_openai_path
+    from api.openai.errors import is_openai_path
 
     for path, item in schema.get("paths", {}).items():
         for op in item.values():

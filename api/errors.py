@@ -13,6 +13,8 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from api.openai import errors as openai_errors
+
 log = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
@@ -61,8 +63,6 @@ def problem_response(request: Request, status: int, code: str, detail: str, *, p
     body = Problem(type=f"/problems/{code}", title=_TITLES.get(status, "Error"), status=status, detail=detail,
                    code=code, param=param, request_id=getattr(request.state, "request_id", None), errors=errors)
     content = {**(extensions or {}), **body.model_dump(exclude_none=True)}  # extensions never replace a member
-    from api import openai_errors  # (it imports this module)
-
     status, content = openai_errors.with_error(request.url.path, status, content)
     return JSONResponse(content, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 

@@ -6,13 +6,13 @@ On the OpenAI-compatible routes (`/v1/fine_tuning/...`) every problem body also 
 `{"error": {"message", "type", "param", "code"}}` as an RFC 9457 extension member, and request
 validation problems are 400s (OpenAI's status) instead of Keel's 422. A `purpose=fine-tune` upload's
 file problems get the same treatment (api/routes/files.py).
+
+Nothing here imports the rest of `api`: `api.errors` renders every problem through `with_error`.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from api.errors import ApiError
 
 OPENAI_PREFIXES = ("/v1/fine_tuning",)
 SHARED_PREFIXES = ("/v1/models", "/v1/files")
@@ -26,13 +26,6 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permi
 def error_object(status: int, code: str, message: str, param: str | None) -> dict[str, Any]:
     return {"message": message, "type": _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
             "param": param, "code": code}
-
-
-def bad_request(code: str, message: str, *, param: str | None = None,
-                errors: list[dict[str, Any]] | None = None) -> ApiError:
-    """A 400 problem with OpenAI's error object (for routes outside OPENAI_PREFIXES)."""
-    return ApiError(400, code, message, param=param, errors=errors,
-                    extensions={"error": error_object(400, code, message, param)})
 
 
 def is_openai_path(path: str) -> bool:

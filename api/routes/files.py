@@ -29,7 +29,6 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from api import openai_errors
 from api.deps import CurrentProject, SessionDep
 from api.errors import ApiError, not_found, problem_responses
 from api.pagination import AfterQuery, LimitQuery, page_of, paginate
@@ -218,9 +217,9 @@ def _insert(db: Session, row: File) -> File | None:
 def _dataset_error(e: DatasetError, purpose: str) -> ApiError:
     where = {k: v for k, v in (("row", e.row), ("line", e.line)) if v is not None}
     errors = [{"param": e.param, "msg": e.detail, "type": e.code, **where}] if where else None
-    if purpose == "fine-tune":  # OpenAI's upload: a 400 with its error object (the openai client's BadRequestError)
-        return openai_errors.bad_request(e.code, e.detail, param=e.param, errors=errors)
-    return ApiError(422, e.code, e.detail, param=e.param, errors=errors)
+    # OpenAI's upload: a 400 (the openai client's BadRequestError); every /v1/files problem carries OpenAI's
+    # `error` object (api/openai/errors.py).
+    return ApiError(400 if purpose == "fine-tune" else 422, e.code, e.detail, param=e.param, errors=errors)
 
 
 def _inspect(path: str, purpose: str) -> DatasetInfo:

@@ -5,7 +5,7 @@ rule reward. The OpenAI request, with its `auto` values resolved, is kept in the
 
 The training file (`purpose=fine-tune`, OpenAI's JSON Lines) is converted to Keel's layout
 (core/finetune_files.py) into a derived file of the Keel purpose, deduplicated by content, which is the
-Keel job's `training_file`. Errors carry OpenAI's `error` object and are 400s (api/openai_errors.py).
+Keel job's `training_file`. Errors carry OpenAI's `error` object and are 400s (api/openai/errors.py).
 """
 
 from __future__ import annotations
