@@ -213,6 +213,9 @@ class TrainerConfig(Strict):
     """Checkpoint every N steps (-1: only at the end)."""
     test_freq: Freq = -1
     """Validate every N steps (-1: only at the end)."""
+    val_before_train: bool = True
+    """PPO: validate once before the first step (logged at step 0), the baseline every later
+    validation is read against (with validation data; a resumed run does not repeat it)."""
     critic_warmup: Annotated[int, Field(ge=0, le=MAX_STEPS)] = 0
     """PPO only: steps that train the critic before the actor starts updating."""
     max_duration_s: Annotated[float, Field(gt=0.0, le=MAX_SECONDS)] | None = None
@@ -229,9 +232,6 @@ class PPOTrainerConfig(TrainerConfig):
     """`TrainerConfig` for PPO (3 epochs by default, as in the recipe)."""
 
     total_epochs: Epochs = 3
-    val_before_train: bool = True
-    """Validate once before the first step (logged at step 0), the baseline every later validation
-    is read against (with validation data; a resumed run does not repeat it)."""
 
 
 class DataConfig(Strict):

@@ -28,9 +28,9 @@ class PPOTrainerConfig:
         test_freq (int | Unset): Validate every N steps (-1: only at the end). Default: -1.
         total_epochs (int | Unset):  Default: 3.
         total_training_steps (int | None | Unset): Overrides `total_epochs` when set.
-        val_before_train (bool | Unset): Validate once before the first step (logged at step 0), the baseline every
-            later validation
-            is read against (with validation data; a resumed run does not repeat it). Default: True.
+        val_before_train (bool | Unset): PPO: validate once before the first step (logged at step 0), the baseline every
+            later
+            validation is read against (with validation data; a resumed run does not repeat it). Default: True.
     """
 
     critic_warmup: int | Unset = 0

@@ -28,6 +28,9 @@ class TrainerConfig:
         test_freq (int | Unset): Validate every N steps (-1: only at the end). Default: -1.
         total_epochs (int | Unset):  Default: 1.
         total_training_steps (int | None | Unset): Overrides `total_epochs` when set.
+        val_before_train (bool | Unset): PPO: validate once before the first step (logged at step 0), the baseline every
+            later
+            validation is read against (with validation data; a resumed run does not repeat it). Default: True.
     """
 
     critic_warmup: int | Unset = 0
@@ -38,6 +41,7 @@ class TrainerConfig:
     test_freq: int | Unset = -1
     total_epochs: int | Unset = 1
     total_training_steps: int | None | Unset = UNSET
+    val_before_train: bool | Unset = True
 
     def to_dict(self) -> dict[str, Any]:
         critic_warmup = self.critic_warmup
@@ -72,6 +76,8 @@ class TrainerConfig:
         else:
             total_training_steps = self.total_training_steps
 
+        val_before_train = self.val_before_train
+
         field_dict: dict[str, Any] = {}
 
         field_dict.update({})
@@ -91,6 +97,8 @@ class TrainerConfig:
             field_dict["total_epochs"] = total_epochs
         if total_training_steps is not UNSET:
             field_dict["total_training_steps"] = total_training_steps
+        if val_before_train is not UNSET:
+            field_dict["val_before_train"] = val_before_train
 
         return field_dict
 
@@ -141,6 +149,8 @@ class TrainerConfig:
 
         total_training_steps = _parse_total_training_steps(d.pop("total_training_steps", UNSET))
 
+        val_before_train = d.pop("val_before_train", UNSET)
+
         trainer_config = cls(
             critic_warmup=critic_warmup,
             max_actor_ckpt_to_keep=max_actor_ckpt_to_keep,
@@ -150,6 +160,7 @@ class TrainerConfig:
             test_freq=test_freq,
             total_epochs=total_epochs,
             total_training_steps=total_training_steps,
+            val_before_train=val_before_train,
         )
 
         return trainer_config
