@@ -532,6 +532,7 @@ class PPOTrainer:
                 [p.prompt_ids for p in prompts], seeds[:len(prompts)], [self._meta(p) for p in prompts],
                 validate=True, greedy=True)
             refs["baseline_scores"], refs["baseline_gen"] = greedy["scores"], greedy["gen"]
+            refs["baseline_batch"] = greedy["batch"]
         out = self._gather({**refs, "snapshot": snapshots}, deadline, "rollout")
 
         inverse = torch.empty(len(order), dtype=torch.long)
@@ -569,8 +570,12 @@ class PPOTrainer:
         lengths = result["batch"]["response_mask"][new].sum(-1)
         result["scores"][new], result["overlong"] = experience.shape_scores(result["scores"][new], lengths, cfg)
         if baseline_order:
+            # The baseline is shaped as the samples are (DAPO's overlong penalty on its own length).
+            greedy_lengths = concat(out["baseline_batch"])["response_mask"].sum(-1)
+            greedy_scores, _ = experience.shape_scores(
+                torch.cat([o["scores"] for o in out["baseline_scores"]]).float(), greedy_lengths, cfg)
             per_prompt = torch.empty(len(prompts))
-            per_prompt[torch.tensor(baseline_order)] = torch.cat([o["scores"] for o in out["baseline_scores"]]).float()
+            per_prompt[torch.tensor(baseline_order)] = greedy_scores
             result["baselines"] = per_prompt[torch.tensor(uids)]
             result["timing"]["timing_s/gen_baseline"] = max(out["baseline_gen"])
         return result

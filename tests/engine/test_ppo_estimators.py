@@ -142,6 +142,23 @@ def test_overlong_buffer_penalises_long_responses(demo_assets, tmp_path, reward_
     assert any(e["values"]["critic/score/mean"] < 0 for e in reporter.of("metrics"))
 
 
+def test_remax_baseline_is_shaped_like_the_samples(demo_assets, tmp_path, monkeypatch, reward_fn):
+    """Greedy samples are the greedy baseline's own response: with DAPO's overlong penalty on, both
+    are shaped the same, so each row's reward equals its baseline (the baseline had been left unshaped:
+    every advantage was the penalty)."""
+    calls = []
+    real = experience.compute_remax_advantages
+    monkeypatch.setattr(experience, "compute_remax_advantages", lambda *a, **k: calls.append(a) or real(*a, **k))
+    overrides = {**_critic_free("remax"), "rollout": {"do_sample": False},
+                 "reward": {"overlong_buffer": {"enable": True, "len": 7, "penalty_factor": 1.0}}}
+    run_ppo(_local(make_request(demo_assets, tmp_path, overrides=overrides, validation=False, steps=1,
+                                reward=reward_fn("test_zero", lambda *a, **k: 0.0))), RecordingReporter())
+    rewards, baselines, _ = calls[0]
+    # max_response_length 8 and a buffer of 7: a response of length L > 1 scores -(L - 1) / 7.
+    assert (baselines < 0).any()
+    torch.testing.assert_close(rewards.sum(-1), baselines, rtol=0.0, atol=1e-6)
+
+
 def merge_rollout_n(overrides: dict, n: int) -> dict:
     return {**overrides, "rollout": {"n": n}}
 
