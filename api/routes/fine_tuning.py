@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from api import pauses
+from api import model_refs, pauses
 from api.deps import CurrentCaller, CurrentProject, SessionDep
 from api.errors import ApiError, not_found, problem_responses
 from api.routes import jobs as keel_jobs
@@ -127,7 +127,7 @@ def _auto(value: Any, default: Any) -> Any:
 
 def _lengths(db: Session, model: str, method: str) -> dict[str, Any]:
     """Data lengths from the model's context window (Keel's defaults when it is unknown)."""
-    window = keel_jobs._context_window(db, model)
+    window = model_refs.context_window_of(db, model)
     if window is None:
         return {}
     if method == "dpo":
@@ -258,7 +258,7 @@ def create_fine_tuning_job(raw: dict[str, Any], project: CurrentProject, caller:
     if body.method is None:
         body.method = FineTuneMethod(type="supervised")
     kind = body.method.type
-    body.model = keel_jobs._model_ref(db, project.id, body.model, "model")
+    body.model = model_refs.resolve(db, project.id, body.model, "model")
     source, training = _derived_file(db, project.id, body.training_file, kind, "training_file")
     validation = (_derived_file(db, project.id, body.validation_file, kind, "validation_file")[1]
                   if body.validation_file else None)

@@ -27,10 +27,10 @@ import anyio
 from fastapi import APIRouter, Request
 from sqlalchemy.orm import Session
 
+from api import model_refs
 from api.deps import CurrentProject, SessionDep
 from api.errors import ApiError, problem_responses
 from api.ratelimit import RENEW_S, StreamSlots
-from api.routes.jobs import _model_ref
 from api.schemas.fine_tuning import GraderRun, GraderValidate
 from core import checkpoints
 from core.config import settings
@@ -157,7 +157,7 @@ def model_ref(db: Session, project_id: str, ref: str, param: str, *, status: int
                        f"{param}: a score_model grader's model is a Keel model id (model-...), an `ft:` name, a "
                        "checkpoint id (ckpt-...) or a directory under a model root.", param=param)
     try:
-        ref = _model_ref(db, project_id, ref, param)
+        ref = model_refs.resolve(db, project_id, ref, param)
     except ApiError as e:
         if status == 400 and e.status == 404:
             raise ApiError(400, e.code, f"{param}: {e.detail}", param=param) from None

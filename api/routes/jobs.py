@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import re
 from datetime import UTC, datetime
-from pathlib import PurePosixPath
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
@@ -24,7 +21,7 @@ from sqlalchemy import bindparam, case, delete, func, insert, select, tuple_, up
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Session, aliased
 
-from api import memory_plan, pauses
+from api import memory_plan, model_refs, pauses
 from api.deps import CurrentCaller, CurrentProject, SessionDep
 from api.errors import ApiError, not_found, problem_responses
 from api.idempotency import Idempotency, IdempotencyDep
@@ -44,7 +41,7 @@ from api.schemas.jobs import (
     RMDistillMethod,
 )
 from api.schemas.memory_plan import MemoryPlan
-from core import checkpoints, events, fine_tuned_models
+from core import events
 from core import logging as logcontext
 from core.capacity import (
     FRESH,
@@ -60,7 +57,6 @@ from core.config import settings
 from core.datasets import longest_token_chars, min_tokens
 from core.db import session_factory
 from core.integrations import check_tracking_uri
-from core.memory_plan import read_config
 from core.models import Checkpoint, ClusterNode, File, Job, Model
 from core.security import Caller
 from core.storage import get_storage
@@ -69,9 +65,6 @@ from workers import dispatch
 log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
-
-_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
-
 
 JobIdPath = Annotated[str, PathParam(max_length=64)]
 
@@ -89,81 +82,6 @@ OwnedJob = Annotated[Job, Depends(owned_job)]
 
 
 # -- references in a create request -------------------------------------------------------------
-
-def _model_dir(ref: str, param: str) -> str:
-    """An absolute directory inside a model root (after resolving symlinks), without `..`."""
-    if ".." in PurePosixPath(ref).parts or "\x00" in ref:
-        raise ApiError(422, "invalid_model", f"{param}: a model path must not contain '..' or a NUL byte.",
-                       param=param)
-    # os.path rather than pathlib: the same answers, in a third of the time (a create checks this path).
-    resolved = os.path.realpath(ref)
-    if not any(resolved == root or resolved.startswith(root.rstrip("/") + "/") for root in settings.model_roots):
-        raise ApiError(422, "invalid_model", f"{param}: {ref!r} is not under an allowed model root "
-                       "(the deployment's KEEL_MODEL_ROOTS).", param=param)
-    if not os.path.isdir(resolved):
-        raise ApiError(422, "invalid_model", f"{param}: no directory at {ref!r}.", param=param)
-    return resolved
-
-
-def _model_ref(db: Session, project_id: str, ref: str, param: str, *, reward: bool = False) -> str:
-    """Check a model reference; returns it normalised (a directory resolved, an OpenAI `ft:` name as
-    the Keel model id it names)."""
-    if ref.startswith(fine_tuned_models.PREFIX):
-        named = fine_tuned_models.resolve(db, project_id, ref)
-        if named is None:
-            raise not_found("model", ref, param=param)
-        ref = named.id
-    if ref.startswith("model-"):
-        model = db.get(Model, ref)
-        if model is None or model.project_id != project_id:
-            raise not_found("model", ref, param=param)
-        if reward and model.kind != "reward_model":
-            raise ApiError(422, "invalid_model", f"{param}: {ref} is a {model.kind}, not a reward_model.",
-                           param=param)
-        return ref
-    if ref.startswith("ckpt-"):
-        _checkpoint_model(db, project_id, ref, param, reward=reward)
-        return ref
-    if ref.startswith("/"):
-        return _model_dir(ref, param)
-    if _HUB_ID.fullmatch(ref) and ".." not in ref:
-        if _shadows_local_path(ref):
-            raise ApiError(422, "invalid_model", f"{param}: {ref!r} names a local directory, not a hub id; name "
-                           "Keel's models by id (model-..., ckpt-...) or give an absolute directory under a model "
-                           "root.", param=param)
-        return ref
-    raise ApiError(422, "invalid_model", f"{param}: expected a Keel model id (model-...), a checkpoint id "
-                   "(ckpt-...), a hub id (org/name) or an absolute directory under a model root.", param=param)
-
-
-def _shadows_local_path(ref: str) -> bool:
-    """Whether a hub-id-shaped `ref` exists relative to a model root or the artifact store: the engine
-    would load that directory (`job-<other project's job>/output`) instead of the hub's model."""
-    roots = list(settings.model_roots)
-    storage = get_storage()
-    if storage.is_local:
-        store = str(storage.local_path("jobs"))
-        roots += [store, os.path.dirname(store)]
-    return any(os.path.lexists(os.path.join(root, ref)) for root in roots)
-
-
-_REWARD_METHODS = ("reward_model", "rm_distill")
-
-
-def _checkpoint_model(db: Session, project_id: str, ref: str, param: str, *, reward: bool) -> None:
-    """A checkpoint used as a model: its Hugging Face export (the actor's, for PPO) must exist."""
-    ckpt = db.get(Checkpoint, ref)
-    if ckpt is None or ckpt.project_id != project_id:
-        raise not_found("checkpoint", ref, param=param)
-    source = db.get(Job, ckpt.job_id)
-    if reward and (source is None or source.method not in _REWARD_METHODS):
-        raise ApiError(422, "invalid_model", f"{param}: {ref} is a checkpoint of a "
-                       f"{source.method if source else 'deleted'} job, not of a reward model.", param=param)
-    storage = get_storage()
-    if not storage.is_complete(ckpt.path) or checkpoints.export_location(storage, ckpt.path) is None:
-        raise ApiError(422, "invalid_model", f"{param}: checkpoint {ref} holds no Hugging Face export (its files "
-                       "are gone, or an older Keel wrote it).", param=param)
-
 
 _FILES = File.__table__.c
 _FILE_AND_NODES = (select(_FILES.project_id, _FILES.deleted_at, _FILES.purpose, _FILES.status, *NODE_COLUMNS)
@@ -203,33 +121,6 @@ def _checkpoint(db: Session, project_id: str, checkpoint_id: str, method: str) -
     return ckpt
 
 
-_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
-"""config.json fields that name a model's context window, in the order they are looked for."""
-
-
-def _model_path(db: Session, ref: str) -> str | None:
-    """The local directory of a model reference (a directory, a Keel model or a checkpoint's export)."""
-    return (db.get(Model, ref).path if ref.startswith("model-") else checkpoints.local_export(db, ref)
-            if ref.startswith("ckpt-") else ref if ref.startswith("/") else None)
-
-
-def model_config(db: Session, ref: str) -> dict[str, Any] | None:
-    """The config.json of a local model (a directory, a Keel model or a checkpoint's export); None when
-    Keel cannot read it here (a hub id, an adapter directory, no or odd config). Shared: read only."""
-    path = _model_path(db, ref)
-    return read_config(path) if path else None
-
-
-def context_window(config: dict[str, Any] | None) -> int | None:
-    """The context window a model's config.json names, if any."""
-    values = [config.get(k) for k in _CONTEXT_KEYS] if config else []
-    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
-
-
-def _context_window(db: Session, ref: str) -> int | None:
-    return context_window(model_config(db, ref))
-
-
 _PAIR_METHODS = ("reward_model", "rm_distill", "dpo")
 """Methods whose sequences are capped by `data.max_length` (prompt + chosen / rejected)."""
 
@@ -255,7 +146,7 @@ def _check_context(db: Session, body: JobCreate) -> None:
     """Sequences the job would build must fit the model: prompt + response tokens (SFT, PPO), or
     `max_length` (reward models, defaulting to the same sum). Lengths the request left out are
     first derived from the context window (`default_lengths`)."""
-    window = _context_window(db, body.model)
+    window = model_refs.context_window_of(db, body.model)
     if window is None:
         return
     data, prefix = body.method.hyperparameters.data, "method.hyperparameters.data."
@@ -273,9 +164,9 @@ def _check_context(db: Session, body: JobCreate) -> None:
 
 def _check_parallel(db: Session, body: JobCreate) -> None:
     """`ulysses_sequence_parallel_size` must divide `resources.num_workers` and the model's attention
-    and key/value heads (config.json, when Keel can read it); PPO's sequence parallelism is not
-    implemented yet (its roles split rows, not tokens). vllm's `rollout.tensor_model_parallel_size`
-    must divide the GPUs of one rollout worker."""
+    and key/value heads (config.json, when Keel can read it), for SFT, reward models and each PPO
+    role (`actor.`, `critic.`, `ref.`). vllm's `rollout.tensor_model_parallel_size` must divide the
+    GPUs of one rollout worker."""
     hp, prefix = body.method.hyperparameters, "method.hyperparameters."
     roles = ({"actor.": hp.actor, "critic.": hp.critic, "ref.": hp.ref} if body.method.type == "ppo"
              else {"": hp} if hasattr(hp, "ulysses_sequence_parallel_size") else {})
@@ -284,13 +175,10 @@ def _check_parallel(db: Session, body: JobCreate) -> None:
         sp, param = cfg.ulysses_sequence_parallel_size, f"{prefix}{role}ulysses_sequence_parallel_size"
         if sp == 1:
             continue
-        if body.method.type == "ppo":
-            raise ApiError(422, "invalid_request", f"{param}: PPO's roles do not shard sequences yet; use 1 "
-                           "(SFT and reward-model jobs support sequence parallelism).", param=param)
         if body.resources.num_workers % sp:
             raise ApiError(422, "invalid_request", f"{param}: {sp} must divide resources.num_workers "
                            f"({body.resources.num_workers}): the data-parallel size is their quotient.", param=param)
-        config = config if config is not None else (model_config(db, body.model) or {})
+        config = config if config is not None else (model_refs.model_config(db, body.model) or {})
         heads = config.get("num_attention_heads")
         kv = config.get("num_key_value_heads") or heads
         if isinstance(heads, int) and isinstance(kv, int) and (heads % sp or kv % sp):
@@ -315,7 +203,7 @@ def _check_rows_fit(db: Session, body: JobCreate) -> None:
     data = body.method.hyperparameters.data
     if data.truncation != "error" or data.filter_overlong_prompts:
         return
-    path = _model_path(db, body.model)
+    path = model_refs.model_path(db, body.model)
     per_token = longest_token_chars(path) if path else None
     if per_token is None:
         return
@@ -351,7 +239,7 @@ def _resolve(db: Session, project_id: str, body: JobCreate) -> tuple[dict[str, A
     `cpus_per_worker: auto` resolved against the nodes) and the cluster's fresh nodes (read with the
     training file), which admission reads too."""
     method = body.method
-    body.model = _model_ref(db, project_id, body.model, "model")
+    body.model = model_refs.resolve(db, project_id, body.model, "model")
     _check_context(db, body)
     _check_parallel(db, body)
     nodes = _training_file(db, project_id, body.training_file, method.type, "training_file")
@@ -359,9 +247,10 @@ def _resolve(db: Session, project_id: str, body: JobCreate) -> tuple[dict[str, A
         _training_file(db, project_id, body.validation_file, method.type, "validation_file")
     _check_rows_fit(db, body)
     if isinstance(method, RMDistillMethod):
-        method.teacher = _model_ref(db, project_id, method.teacher, "method.teacher", reward=True)
+        method.teacher = model_refs.resolve(db, project_id, method.teacher, "method.teacher", reward=True)
     if isinstance(method, PPOMethod | EvalMethod) and method.reward.model is not None:
-        method.reward.model = _model_ref(db, project_id, method.reward.model, "method.reward.model", reward=True)
+        method.reward.model = model_refs.resolve(db, project_id, method.reward.model, "method.reward.model",
+                                                 reward=True)
     if isinstance(method, PPOMethod | EvalMethod) and method.reward.function == "grader":
         from api.routes.graders import check_job_grader  # (that module imports this one)
 
@@ -370,7 +259,7 @@ def _resolve(db: Session, project_id: str, body: JobCreate) -> tuple[dict[str, A
         _check_eval(db, project_id, body, method)
     adapter = getattr(method.hyperparameters.model, "lora_adapter_path", None)  # eval has no adapters
     if adapter is not None:
-        method.hyperparameters.model.lora_adapter_path = _model_dir(
+        method.hyperparameters.model.lora_adapter_path = model_refs.model_dir(
             adapter, "method.hyperparameters.model.lora_adapter_path")
     if body.from_checkpoint is not None:
         _checkpoint(db, project_id, body.from_checkpoint, method.type)
@@ -405,7 +294,7 @@ def _check_eval(db: Session, project_id: str, body: JobCreate, method: EvalMetho
         raise ApiError(422, "invalid_request", "validation_file: an eval job evaluates on training_file only; "
                        "leave validation_file out.", param="validation_file")
     if method.compare_to is not None:
-        method.compare_to = _model_ref(db, project_id, method.compare_to, "method.compare_to")
+        method.compare_to = model_refs.resolve(db, project_id, method.compare_to, "method.compare_to")
         model = db.get(Model, method.compare_to) if method.compare_to.startswith("model-") else None
         if model is not None and model.kind != "policy":
             raise ApiError(422, "invalid_model", f"method.compare_to: {model.id} is a {model.kind}, not a policy.",

@@ -19,11 +19,11 @@ from fastapi import Path as PathParam
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from api import model_refs
 from api.deps import CurrentCaller, CurrentProject, SessionDep
 from api.errors import ApiError, not_found, problem_responses
 from api.idempotency import IdempotencyDep
 from api.pagination import AfterQuery, LimitQuery, page_of, paginate
-from api.routes.jobs import _model_ref, context_window, model_config
 from api.schemas.trainers import (
     ForwardBackwardRequest,
     LoadStateRequest,
@@ -129,16 +129,17 @@ def create_trainer(body: TrainerCreate, project: CurrentProject, caller: Current
     on the next call."""
     if (replay := idem.replay(db, project.id)) is not None:
         return replay
-    ref = _model_ref(db, project.id, body.model, "model")
+    ref = model_refs.resolve(db, project.id, body.model, "model")
     _admit(body)
     _admit_cluster(db, body)
-    config = model_config(db, ref) or {}
+    config = model_refs.model_config(db, ref) or {}
     trainer = Trainer(
         project_id=project.id, status="active", model=ref, base_model_path=checkpoints.model_location(db, ref),
         lora=body.lora.model_dump(mode="json") if body.lora else None,
         resources=body.resources.model_dump(mode="json"), seed=body.seed, dtype=body.dtype,
         idle_timeout_s=body.idle_timeout_s, meta=body.metadata, vocab_size=_positive_int(config.get("vocab_size")),
-        context_window=context_window(config), created_by=caller.key_id, last_used_at=datetime.now(UTC))
+        context_window=model_refs.context_window(config), created_by=caller.key_id,
+        last_used_at=datetime.now(UTC))
     db.add(trainer)
     db.flush()
     trainers.append_event(db, trainer.id, "trainer.status", {"status": "active", "reason": "created"})
