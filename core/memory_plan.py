@@ -5,8 +5,8 @@ parameter count from its safetensors headers when they are there (an 8-byte leng
 estimate follows what the engine keeps alive, per worker:
 
 - weights: trained weights are float32 master copies; with a 16-bit `model.dtype` autocast also
-  keeps a compute-dtype copy of every weight used in the step. Frozen models (reference, reward,
-  teacher) and a LoRA base are held in the compute dtype. FSDP2 shards the float32 state over the
+  keeps a compute-dtype copy of every weight used in the step. Frozen models (reward, teacher) and
+  a LoRA base are held in the compute dtype; a full fine-tune's reference in float32, as the policy. FSDP2 shards the float32 state over the
   workers and gathers two decoder layers at a time in the compute dtype.
 - gradients (float32) and AdamW's two moments (float32) of the trainable parameters only (LoRA:
   the adapters). `fsdp_config.param_offload` moves sharded weights and gradients to host memory,
@@ -556,7 +556,8 @@ def _supervised_roles(method: str, hp: Mapping[str, Any], workers: int, arch: Ar
     roles = {"trainer": mem}
     if method == "dpo":
         # The frozen reference scores the data once before the policy loads (rank 0), then is released.
-        ref = frozen_weights(arch, k.dtype, "lm")
+        # It holds its weights as the policy does (float32 masters unless LoRA: `load_reference`).
+        ref = frozen_weights(arch, k.dtype if lora or _get(hp, "model.lora_adapter_path") else "float32", "lm")
         ref.activations = inference_activations(arch, k.dtype, tokens, "lm")
         roles = {"reference": ref, "trainer": mem}
     if method == "rm_distill" and teacher is not None:
@@ -608,7 +609,7 @@ def _ppo_roles(hp: Mapping[str, Any], workers: int, arch: Architecture,
                                                                      size=c_size), "score"))
         roles["critic"] = critic
     if not lora:  # with LoRA the actor, adapter disabled, is the reference
-        ref = frozen_weights(arch, actor_k.dtype, "lm")
+        ref = frozen_weights(arch, "float32", "lm")  # as the actor's masters: KL 0 at step 0 (`load_reference`)
         ref.activations = inference_activations(arch, actor_k.dtype, infer_tokens, "lm")
         roles["reference"] = ref
     if reward is not None:

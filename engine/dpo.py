@@ -30,7 +30,7 @@ from engine import models, packing, pair_scores
 from engine.algos.logits import log_probs_from_logits
 from engine.algos.preference import dpo_loss
 from engine.artifacts import content_digest, for_request, join
-from engine.config import DPOConfig, JobRequest, JobResult, ModelConfig
+from engine.config import DPOConfig, JobRequest, JobResult
 from engine.errors import DataError
 from engine.precision import autocast
 from engine.reporting import Reporter
@@ -38,7 +38,7 @@ from engine.trainer import run_supervised, split_rows
 
 REFERENCE_LOGPS = "reference_logps.parquet"
 """The reference's response log-prob sums of every train/val pair, written once beside the checkpoints."""
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 """Part of the cache key: bump when what the cache holds, or how it is computed, changes."""
 
 
@@ -140,9 +140,8 @@ class DPOTask:
         key = reference_key(self.request)
         if store.exists(path) and read_reference_logps(store.stage(path))[0] == key:
             return "reusing the reference log-probs of an earlier attempt"
-        # The model at `model`, frozen, without this job's LoRA: the policy before any update.
-        ref_cfg = ModelConfig(dtype=self.cfg.model.dtype, use_remove_padding=self.cfg.model.use_remove_padding)
-        reference = models.load_policy(self.request.model_path, ref_cfg, trainable=False).to(self.device)
+        # The policy before any update (an adapter given as `model` applied), on its precision path.
+        reference = models.load_reference(self.request.model_path, self.cfg.model).to(self.device)
         self.tokenizer = models.load_tokenizer(self.request.model_path)
         self.pad_id = self.tokenizer.pad_token_id
         columns: dict[str, list] = {"split": [], "row": [], "chosen": [], "rejected": []}

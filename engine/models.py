@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import os
 import re
@@ -176,6 +177,30 @@ def load_policy(path: str, cfg: ModelConfig, *, trainable: bool = True,
     model = AutoModelForCausalLM.from_pretrained(path, dtype=_load_dtype(cfg, adapter, trainable),
                                                  use_safetensors=True)
     return _finish(model, cfg, adapter, trainable, task_type="CAUSAL_LM")
+
+
+def load_reference(path: str, cfg: ModelConfig) -> nn.Module:
+    """The frozen reference of a policy trained from `path` with `cfg`: that policy as training
+    starts (an adapter given as the model or as `lora_adapter_path` stays applied; a fresh LoRA adds
+    nothing before its first update and is left out), with its weights in the dtype the trained
+    policy holds them (float32 masters for a full fine-tune, the compute dtype under a LoRA base).
+
+    Why not the compute dtype: autocast runs norms, embeddings and the softmax in float32 on the
+    policy's float32 masters, and a bf16 copy run the same way drifts from it (about 4e-3 per token
+    on the demo model), so KL and DPO's margins would not start at exactly 0. Run the reference under
+    the policy's autocast. The price is a float32 copy of the weights for a full fine-tune.
+    """
+    from transformers import AutoModelForCausalLM
+
+    path, adapter = _checked_paths(path, cfg, None)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=_load_dtype(cfg, adapter, True), use_safetensors=True)
+    frozen = dataclasses.replace(cfg, lora_rank=0, enable_gradient_checkpointing=False)
+    model = _finish(model, frozen, adapter, False, task_type="CAUSAL_LM")
+    with torch.no_grad():  # an adapter as the trained policy holds it (`_finish`: float32)
+        for name, p in model.named_parameters():
+            if "lora_" in name and p.dtype != torch.float32:
+                p.data = p.data.float()
+    return model
 
 
 def load_reward_model(path: str, cfg: ModelConfig, *, trainable: bool = True,

@@ -6,13 +6,13 @@ adapter disabled (`ActorRollout.compute_ref_log_prob`), so the base weights exis
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
 
 from engine.artifacts import Artifacts
 from engine.config import PPOConfig
-from engine.models import load_policy
+from engine.models import load_reference
+from engine.precision import autocast
 from engine.roles.base import Role, batched_log_probs
 from engine.roles.batch import Batch
 
@@ -26,15 +26,15 @@ class Reference(Role):
         super().__init__(rank=rank, world_size=world_size, num_threads=num_threads, seed=seed, use_gpu=use_gpu,
                          artifacts=artifacts)
         self.cfg = config
-        model_cfg = dataclasses.replace(config.model, lora_rank=0, lora_adapter_path=None,
-                                        enable_gradient_checkpointing=False)
-        self.model = load_policy(self.artifacts.stage(model_path), model_cfg, trainable=False).to(self.device)
+        # The actor's precision path (float32 weights under its autocast): KL is exactly 0 at step 0.
+        self.model = load_reference(self.artifacts.stage(model_path), config.model).to(self.device)
 
     def compute_ref_log_prob(self, batch: Batch) -> dict[str, Any]:
         """`log_probs`: `(batch, R)` response log-probs under the reference policy."""
         start = time.perf_counter()
         a = self.cfg.actor
-        log_probs = batched_log_probs(self.model, batch, temperature=self.cfg.rollout.temperature,
-                                      dynamic=a.use_dynamic_bsz, max_tokens=a.ppo_max_token_len_per_gpu,
-                                      size=a.ppo_micro_batch_size_per_gpu, device=self.device)
+        with autocast(self.device, self.cfg.model.dtype):
+            log_probs = batched_log_probs(self.model, batch, temperature=self.cfg.rollout.temperature,
+                                          dynamic=a.use_dynamic_bsz, max_tokens=a.ppo_max_token_len_per_gpu,
+                                          size=a.ppo_micro_batch_size_per_gpu, device=self.device)
         return {"log_probs": log_probs, "time_s": time.perf_counter() - start}

@@ -27,3 +27,18 @@ def test_dpo_trains_a_policy_on_pairs_after_a_reference_phase():
     assert reference["gradients_bytes"] == reference["optimizer_bytes"] == 0
     assert reference["weights_bytes"] == trainer["weights_bytes"]  # float32 both, here
     assert dpo["per_worker"]["total_bytes"] == max(trainer["total_bytes"], reference["total_bytes"])
+
+
+def test_a_full_fine_tunes_reference_holds_float32_weights_as_the_policy():
+    """The reference runs on the policy's precision path (float32 weights under its autocast), so its
+    step-0 log-probs are the policy's; under LoRA it is the bf16 base the adapter sits on."""
+    bf16 = {**HP, "model": {"dtype": "bfloat16"}}
+    params = ARCH.parameters("lm")
+    dpo = plan_job("dpo", bf16, {}, {"policy": ARCH}, Capacity())
+    assert dpo["roles"]["reference"]["weights_bytes"] == 4 * params
+    lora = plan_job("dpo", {**bf16, "model": {"dtype": "bfloat16", "lora_rank": 8}}, {}, {"policy": ARCH}, Capacity())
+    assert lora["roles"]["reference"]["weights_bytes"] == 2 * params
+    ppo_hp = {"data": {"train_batch_size": 8, "max_prompt_length": 32, "max_response_length": 32},
+              "actor": {"ppo_mini_batch_size": 8}, "model": {"dtype": "bfloat16"}}
+    ppo = plan_job("ppo", ppo_hp, {}, {"policy": ARCH}, Capacity())
+    assert ppo["roles"]["reference"]["weights_bytes"] == 4 * params
