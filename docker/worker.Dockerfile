@@ -19,7 +19,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
     RAY_USAGE_STATS_ENABLED=0 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1
 WORKDIR /app
 # torch first, from the chosen index, so `pip install .` below finds it satisfied.
-RUN pip install --index-url ${TORCH_INDEX} "torch>=2.4"
+RUN pip install --index-url ${TORCH_INDEX} "torch>=2.12"
 COPY . .
 RUN pip install -e ".${EXTRAS:+[$EXTRAS]}" "ray[default]==${RAY_VERSION}"
 # The default command is the Celery worker as a Ray node; the Ray head and plain Ray workers run

@@ -173,14 +173,13 @@ def test_bad_knobs_are_refused_by_engine_and_api_at_the_same_path(knobs, param):
 
 def _count_reference_loads(monkeypatch) -> list[str]:
     loads: list[str] = []
-    real = models.load_policy
+    real = models.load_reference
 
-    def counting(path, cfg, *args, trainable=True, **kwargs):
-        if not trainable:
-            loads.append(path)
-        return real(path, cfg, *args, trainable=trainable, **kwargs)
+    def counting(path, cfg):
+        loads.append(path)
+        return real(path, cfg)
 
-    monkeypatch.setattr(models, "load_policy", counting)
+    monkeypatch.setattr(models, "load_reference", counting)
     return loads
 
 
