@@ -351,9 +351,23 @@ def enable(model: nn.Module) -> bool:
     it could (models that do not route attention through transformers' interface keep padding)."""
     if not getattr(model, "_supports_attention_backend", False):
         return False
+    if uses_sliding_window(model.config):
+        from engine.errors import ConfigError
+
+        raise ConfigError(f"packed attention has no sliding window, which this {model.config.model_type} model "
+                          "uses: set model.use_remove_padding to false", param="model.use_remove_padding")
     register()
     model.set_attn_implementation(IMPLEMENTATION)
     return True
+
+
+def uses_sliding_window(config: Any) -> bool:
+    """Whether some layer attends within a sliding window (Mistral; Qwen2 with `use_sliding_window`):
+    packed attention is causal over the whole sequence, so it would attend past the window."""
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None:
+        return "sliding_attention" in layer_types
+    return getattr(config, "sliding_window", None) is not None and getattr(config, "use_sliding_window", True)
 
 
 def enabled(model: nn.Module) -> bool:
