@@ -8,6 +8,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
 from api import bodysize, docs, errors, metrics, middleware, streams
+from api.openai import graders
 from api.routes import (
     checkpoints,
     console,
@@ -15,7 +16,6 @@ from api.routes import (
     files,
     fine_tuning,
     forks,
-    graders,
     health,
     jobs,
     keys,
@@ -135,7 +135,7 @@ ROUTERS = (
     trainers.router,  # interactive trainers (docs/trainers.md)
     trainer_events.router,
     fine_tuning.router,  # OpenAI's fine-tuning API (docs/openai.md)
-    graders.router,
+    graders.router,  # its alpha graders endpoints
     webhooks.router,
     secrets.router,
     tensorboard.router,

@@ -27,8 +27,8 @@ from sqlalchemy.orm import Session
 from api import model_refs, pauses
 from api.deps import CurrentCaller, CurrentProject, SessionDep
 from api.errors import ApiError, not_found, problem_responses
+from api.graders import checked_grader
 from api.routes import jobs as keel_jobs
-from api.routes.graders import checked_grader
 from api.routes.jobs import OwnedJob
 from api.schemas.fine_tuning import (
     DpoSpec,

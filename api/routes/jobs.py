@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, aliased
 from api import memory_plan, model_refs, pauses
 from api.deps import CurrentCaller, CurrentProject, SessionDep
 from api.errors import ApiError, not_found, problem_responses
+from api.graders import check_job_grader
 from api.idempotency import Idempotency, IdempotencyDep
 from api.pagination import AfterQuery, LimitQuery, page_of, paginate
 from api.removal import refuse_in_use, remove_files
@@ -252,8 +253,6 @@ def _resolve(db: Session, project_id: str, body: JobCreate) -> tuple[dict[str, A
         method.reward.model = model_refs.resolve(db, project_id, method.reward.model, "method.reward.model",
                                                  reward=True)
     if isinstance(method, PPOMethod | EvalMethod) and method.reward.function == "grader":
-        from api.routes.graders import check_job_grader  # (that module imports this one)
-
         method.reward.options = check_job_grader(db, project_id, method.reward.options)
     if isinstance(method, EvalMethod):
         _check_eval(db, project_id, body, method)

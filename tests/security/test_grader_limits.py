@@ -16,8 +16,8 @@ import httpx
 import pytest
 from serving import serve
 
+from api import graders
 from api.errors import ApiError
-from api.routes import graders as routes
 from core.config import settings
 
 SLEEPER = {"type": "python", "name": "slow", "source": "import time\ndef grade(sample, item):\n    time.sleep(3600)\n"}
@@ -126,7 +126,7 @@ def test_a_timed_out_run_leaves_no_process_and_no_directory(monkeypatch):
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         watcher = pool.submit(watch)
         with pytest.raises(ApiError) as err:
-            asyncio.run(routes.grader_process_async({"op": "run", "grader": SLEEPER, "model_sample": "x"}, timeout=8))
+            asyncio.run(graders.grader_process_async({"op": "run", "grader": SLEEPER, "model_sample": "x"}, timeout=8))
         watcher.result()
     assert err.value.code == "grader_timeout"
     assert seen and all(os.path.basename(d).startswith("keel-grader-") for d in seen.values())

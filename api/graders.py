@@ -1,5 +1,6 @@
-"""OpenAI's grader endpoints (`fine_tuning.alpha.graders.run` / `.validate`) and the grader checks that
-job creation shares (OpenAI's reinforcement jobs, Keel's `/v1/jobs` with `reward.function: grader`).
+"""Graders (OpenAI's grader objects) checked and run for the API: the checks job creation shares (OpenAI's
+reinforcement jobs, Keel's `/v1/jobs` with `reward.function: grader`) and the process behind OpenAI's
+grader endpoints (api/openai/graders.py).
 
 Graders are validated and run by `python -m engine.graders`, a child process: the API never imports the
 engine (tests/test_architecture.py), and no grader runs inside the API's process (a `python` grader runs
@@ -19,32 +20,20 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import anyio
-from fastapi import APIRouter, Request
 from sqlalchemy.orm import Session
 
 from api import model_refs
-from api.deps import CurrentProject, SessionDep
-from api.errors import ApiError, problem_responses
-from api.ratelimit import RENEW_S, StreamSlots
-from api.schemas.fine_tuning import GraderRun, GraderValidate
-from core import checkpoints
+from api.errors import ApiError
 from core.config import settings
 from core.models import Model
-from core.storage import is_url
 
-router = APIRouter(prefix="/v1/fine_tuning/alpha/graders", tags=["fine_tuning"])
 log = logging.getLogger(__name__)
-_ROOT = Path(__file__).resolve().parents[2]
+_ROOT = Path(__file__).resolve().parents[1]
 _ARGS = (sys.executable, "-m", "engine.graders")
 _ENV = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-_runs = StreamSlots(settings.REDIS_URL or None, prefix=f"keel:{settings.QUEUE_NAMESPACE}grader-runs")
-"""Running `graders/run` calls: leases per API key and under `*` for the deployment (shared by the API
-processes through Redis, as event streams are; each process counts its own without it)."""
 
 
 def _command(request: dict[str, Any]) -> tuple[dict[str, Any], float]:
@@ -122,7 +111,7 @@ def _timed_out(timeout: float) -> ApiError:
     return ApiError(400, "grader_timeout", f"grader: evaluation took longer than {timeout:g} s.", param="grader")
 
 
-def _refused(result: dict[str, Any], prefix: str, status: int) -> None:
+def refused(result: dict[str, Any], prefix: str, status: int) -> None:
     if "error" in result:
         error = result["error"]
         param = error["param"].replace("grader", prefix, 1)
@@ -133,7 +122,7 @@ def check_grader(grader: Any, prefix: str, *, status: int = 400) -> dict[str, An
     """The engine's validation of `grader` (`item_fields`, `models`); a bad one is a `status` problem
     whose `param` starts with `prefix` (`python_graders_disabled` when the deployment refuses python)."""
     result = grader_process({"op": "validate", "grader": grader})
-    _refused(result, prefix, status)
+    refused(result, prefix, status)
     return result
 
 
@@ -181,77 +170,6 @@ def _renamed(grader: Any, names: dict[str, str]) -> Any:
                 node["model"] = names[node["model"]]
             stack.extend((node.get("graders") or {}).values() if isinstance(node.get("graders"), dict) else [])
     return out
-
-
-@contextlib.asynccontextmanager
-async def _run_slot(key_id: str) -> AsyncIterator[None]:
-    """One of the key's `KEEL_MAX_GRADER_RUNS_PER_KEY` and the deployment's `KEEL_MAX_GRADER_RUNS`
-    running grader calls, held (and renewed) while the body runs; a 429 `too_many_grader_runs` when
-    either is taken."""
-    leases = []
-    renewer = None
-    try:
-        for owner, cap, whose in ((key_id, settings.MAX_GRADER_RUNS_PER_KEY, "This API key already has"),
-                                  ("*", settings.MAX_GRADER_RUNS, "The deployment already has")):
-            lease = await anyio.to_thread.run_sync(_runs.acquire, owner, cap)
-            if lease is None:
-                raise ApiError(429, "too_many_grader_runs", f"{whose} {cap} grader runs in progress; retry when "
-                               "one has finished.", headers={"Retry-After": "5"})
-            leases.append(lease)
-        renewer = asyncio.create_task(_renew(leases))
-        yield
-    finally:
-        if renewer is not None:
-            renewer.cancel()
-        with anyio.CancelScope(shield=True):
-            for lease in leases:
-                await anyio.to_thread.run_sync(_runs.release, lease)
-
-
-async def _renew(leases: list) -> None:
-    while True:
-        await asyncio.sleep(RENEW_S)
-        for lease in leases:
-            if lease.shared:
-                await anyio.to_thread.run_sync(_runs.renew, lease)
-
-
-@router.post("/run", summary="Run a grader", responses=problem_responses(400, 401, 429))
-async def run_grader(body: GraderRun, project: CurrentProject, db: SessionDep, request: Request) -> dict[str, Any]:
-    """OpenAI's `fine_tuning.alpha.graders.run`: the grader's reward of `model_sample` for `item`. A sample
-    the grader cannot score has reward 0 and the reason in `metadata.errors`."""
-    # At most KEEL_MAX_GRADER_RUNS_PER_KEY runs per key and KEEL_MAX_GRADER_RUNS in the deployment at once
-    # (429 too_many_grader_runs beyond: README's configuration table).
-    item = dict(body.item or {})
-    if body.reference_answer is not None:
-        item.setdefault("reference_answer", body.reference_answer)
-    # Async: the grader's process is awaited on the event loop, so slow graders hold no worker thread
-    # (and /healthz or other tenants' calls never queue behind them); only the DB look-ups use one.
-    async with _run_slot(request.state.caller.key_id):
-        validated = await grader_process_async({"op": "validate", "grader": body.grader})
-        _refused(validated, "grader", 400)
-
-        def locate() -> dict[str, str]:
-            return {ref: checkpoints.model_location(db, model_ref(db, project.id, ref, param))
-                    for ref, param in validated["models"]}
-
-        models = await anyio.to_thread.run_sync(locate) if validated["models"] else {}
-        run: dict[str, Any] = {"op": "run", "grader": body.grader, "model_sample": body.model_sample, "item": item,
-                               "models": models}
-        if any(is_url(location) for location in models.values()):
-            run["storage"] = {"options": dict(settings.STORAGE_OPTIONS),
-                              "cache_dir": settings.ARTIFACT_CACHE_DIR or None}
-        result = await grader_process_async(run)
-    _refused(result, "grader", 400)
-    return result
-
-
-@router.post("/validate", summary="Validate a grader", responses=problem_responses(400, 401, 429))
-def validate_grader(body: GraderValidate, project: CurrentProject, db: SessionDep) -> dict[str, Any]:
-    """OpenAI's `fine_tuning.alpha.graders.validate`: the grader back when it is valid (its score_model
-    graders naming models of this project), else a 400 naming the field."""
-    checked_grader(db, project.id, body.grader, "grader")
-    return {"grader": body.grader}
 
 
 def check_job_grader(db: Session, project_id: str, options: dict[str, Any]) -> dict[str, Any]:
