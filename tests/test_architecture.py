@@ -92,3 +92,90 @@ def test_no_test_module_imports_a_conftest():
             if any(n == "conftest" or n.endswith(".conftest") for n in names):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert offenders == []
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Project module -> the project modules it imports (relative imports resolved; `from pkg import name`
+    is an edge to `pkg.name` when that is a module, else to `pkg`)."""
+    modules = {_module_name(p): p for top in (*PROJECT, "sdk") for p in (ROOT / top).rglob("*.py")}
+
+    def resolve(name: str) -> str | None:
+        parts = name.split(".")
+        return next((m for n in range(len(parts), 0, -1) if (m := ".".join(parts[:n])) in modules), None)
+
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        targets: set[str | None] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(resolve(a.name) for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = (".".join(package[:len(package) - node.level + 1] + [node.module or ""]).strip(".")
+                        if node.level else node.module or "")
+                targets.update(resolve(f"{base}.{a.name}") for a in node.names)
+        graph[module] = {t for t in targets if t is not None and t != module}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return sorted(found)
+
+
+def test_no_import_cycles():
+    """No two project modules import each other, directly or around a longer circle.
+
+    Every import statement counts: top level, inside a function, or under `if TYPE_CHECKING:`. A deferred
+    import only hides a circle from the interpreter (and `TYPE_CHECKING` from the interpreter alone); the two
+    modules still cannot be read, tested or moved one without the other. Importing `a.b.c` is an edge to
+    `a.b.c` only, not to the packages `a` and `a.b` it also runs."""
+    cycles = _cycles(_import_graph())
+    assert cycles == [], "import circles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_cycle_finder_finds_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
