@@ -665,8 +665,6 @@ def _check_sequence_parallel(config: Any, prefix: str) -> None:
         name = f"{prefix}{role + '.' if role else ''}ulysses_sequence_parallel_size"
         if cfg.ulysses_sequence_parallel_size > 1 and not config.model.use_remove_padding:
             raise ConfigError(f"{name} > 1 needs model.use_remove_padding (packed rows)", param=name)
-        if cfg.ulysses_sequence_parallel_size > 1 and role:
-            raise ConfigError(f"{name}: PPO's roles do not shard sequences yet; use 1", param=name)
     if isinstance(config, PPOConfig) and config.rollout.tensor_model_parallel_size > 1 and config.rollout.name != "vllm":
         raise ConfigError("rollout.tensor_model_parallel_size > 1 needs rollout.name vllm",
                           param=f"{prefix}rollout.tensor_model_parallel_size")

@@ -61,7 +61,7 @@ from engine.algos.correction import logprob_gap
 from engine.artifacts import for_request, is_remote, join
 from engine.checkpoint import COMPLETE, CheckpointError, atomic_dir, step_dir
 from engine.cluster import connect
-from engine.config import JobRequest, JobResult, PPOConfig
+from engine.config import JobRequest, JobResult, PPOConfig, check_parallel
 from engine.data import PromptExample, load_rows, tokenize_prompts
 from engine.distributed import start_group
 from engine.errors import Cancelled, ConfigError, DataError, Diverged, Paused, StepTimeout
@@ -112,6 +112,7 @@ class PPOTrainer:
         self.use_critic = algo.adv_estimator == "gae"
         self.lora = bool(cfg.model.lora_rank) or bool(cfg.model.lora_adapter_path)
         self.num_workers = request.resources.num_workers
+        check_parallel(cfg, request.resources)
         self.num_mini_batches = max(1, cfg.data.train_batch_size // cfg.actor.ppo_mini_batch_size)
         critic_mini = cfg.critic.ppo_mini_batch_size or cfg.actor.ppo_mini_batch_size
         self.num_critic_mini_batches = max(1, cfg.data.train_batch_size // critic_mini)
@@ -195,8 +196,9 @@ class PPOTrainer:
         if self.use_critic:
             specs.append(RoleSpec("critic", Critic, (cfg, req.model_path),
                                   {"total_steps": self.total_steps, **common}, num_workers=w, data_parallel=True))
-        if not self.lora:
-            specs.append(RoleSpec("ref", Reference, (cfg, req.model_path), common, num_workers=w))
+        if not self.lora:  # a process group only for sequence parallelism (the reference never steps)
+            specs.append(RoleSpec("ref", Reference, (cfg, req.model_path), common, num_workers=w,
+                                  data_parallel=cfg.ref.ulysses_sequence_parallel_size > 1))
         is_model = "model_path" in reward or bool((reward.get("grading") or {}).get("models"))  # score_model
         specs.append(RoleSpec("reward", Reward, (cfg,), {"tokenizer_path": req.model_path, **reward, **common},
                               num_workers=w if is_model else 1, uses_gpu=is_model))
@@ -340,13 +342,23 @@ class PPOTrainer:
             for (kind, *_), out in zip(then, outs, strict=True):
                 refs[kind].append(out)
         if extra_batch is not None:  # replayed samples: fresh log-probs and values, stored scores
-            refs["extra_old"] = [roles["actor"].submit(0, "compute_log_prob", extra_batch)]
-            refs["extra_ref"] = [ref_role.submit(0, "compute_ref_log_prob", extra_batch)]
+            # Worker 0 scores them; the rest of a sequence-parallel group joins it with no rows of its own.
+            none = select(extra_batch, [])
+            calls = [("extra_old", "actor", "compute_log_prob"),
+                     ("extra_ref", "actor" if self.lora else "ref", "compute_ref_log_prob")]
             if self.use_critic:
-                refs["extra_values"] = [roles["critic"].submit(0, "compute_values", extra_batch)]
+                calls.append(("extra_values", "critic", "compute_values"))
+            for kind, role, method in calls:
+                refs[kind] = [roles[role].submit(0, method, extra_batch)]
+                for w in range(1, self._sp(role)):
+                    refs.setdefault("idle", []).append(roles[role].submit(w, method, none))
             for w in range(1, self.num_workers):
-                refs.setdefault("idle", []).extend(self._idle(w, ["actor", "critic"]))
+                refs.setdefault("idle", []).extend(self._idle(w, [r for r in ("actor", "critic") if w >= self._sp(r)]))
         return refs, [r for rows in shards for r in rows]
+
+    def _sp(self, role: str) -> int:
+        """`role`'s `ulysses_sequence_parallel_size` (workers that share rows)."""
+        return getattr(self.cfg, role).ulysses_sequence_parallel_size
 
     def _sharded(self, role: str) -> bool:
         """True when `role` runs FSDP2 over several workers (`engine.sharding`)."""

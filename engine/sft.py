@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from engine import data as data_lib
-from engine import models, packing
+from engine import models, packing, ulysses
 from engine.algos.logits import log_probs_from_logits
 from engine.config import JobRequest, JobResult, SFTConfig
 from engine.reporting import Reporter
@@ -50,26 +50,37 @@ def sft_loss_sum(model: nn.Module, input_ids: torch.Tensor, attention_mask: torc
     positions = torch.arange(1, input_ids.shape[1], device=input_ids.device)
     mask = (positions[None, :] >= prompt_lens[:, None]) & attention_mask[:, 1:].bool()
     nll = torch.where(mask, -logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
-    return nll.sum(), mask.sum(), _correct(logits[:, :-1], targets, mask)
+    return nll.sum(), mask.sum(), _correct(logits[:, :-1], targets, mask).sum()
 
 
 def _packed_loss_sum(model: nn.Module, packed: packing.Packed,
                      prompt_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`sft_loss_sum` on one packed row: token k predicts token k + 1 when both are in the same
-    sequence and k + 1 is a response token."""
-    logits = model(**packed.model_inputs()).logits[0]
+    sequence and k + 1 is a response token. Under Ulysses sequence parallelism each rank of the
+    group computes the logits of `1/sp` of the tokens and the sums are the group's (`engine.ulysses`)."""
     targets = packed.input_ids[0, 1:]
-    logp = log_probs_from_logits(logits[:-1].float(), targets)
-    rows, cols = packed.padded_index(logp.device)
+    rows, cols = packed.padded_index(targets.device)
     mask = (rows[1:] == rows[:-1]) & (cols[1:] >= prompt_lens[rows[1:]])
+    if ulysses.layout_of(model).size > 1:
+        def per_token(logits: torch.Tensor, part: slice) -> tuple[torch.Tensor, torch.Tensor]:
+            logp = log_probs_from_logits(logits.float(), targets[part])
+            nll = torch.where(mask[part], -logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
+            return nll, _correct(logits, targets[part], mask[part]).float()
+
+        flat = torch.arange(packed.total - 1, device=targets.device)
+        nll, correct = ulysses.head_outputs(model, packed, flat, per_token)
+        return nll.sum(), mask.sum(), correct.sum().detach()
+    logits = model(**packed.model_inputs()).logits[0]
+    logp = log_probs_from_logits(logits[:-1].float(), targets)
     nll = torch.where(mask, -logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
-    return nll.sum(), mask.sum(), _correct(logits[:-1], targets, mask)
+    return nll.sum(), mask.sum(), _correct(logits[:-1], targets, mask).sum()
 
 
 @torch.no_grad()
 def _correct(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Masked positions whose argmax prediction is the target: `logits` `(..., vocab)`, the rest `(...)`."""
-    return ((logits.argmax(-1) == targets) & mask).sum()
+    """Per position, whether it is masked in and its argmax prediction is the target: `logits`
+    `(..., vocab)`, the rest `(...)`."""
+    return (logits.argmax(-1) == targets) & mask
 
 
 class SFTTask:

@@ -13,13 +13,17 @@ sequences for its heads, and all-to-alls the output back. Position ids are slice
 row's, so rotary embeddings see global positions; the sequence boundaries (`cu_seq_lens_*`) stay
 the full row's.
 
-After the backbone, its last hidden state is all-gathered over the group, so every head (LM head at
-chosen positions, value and score heads) and every loss runs unchanged on each rank of the group,
-with identical results. Gradients: each rank backpropagates `loss / sp` (`loss_scale`); the
-gather's backward sums the group's gradients and keeps this rank's slice, so the backbone's
-gradients on the group's ranks add up to the full ones, and the data-parallel all-reduce (or
-FSDP2's reduce-scatter) over all `dp x sp` ranks sums them. Statistics are counted by the group's
-rank 0 only (`counts`).
+After the backbone, its last hidden state (`tokens x hidden`, small) is all-gathered over the group,
+so the scalar heads (values, scores) and every loss run unchanged on each rank of the group, with
+identical results. The LM head is the exception: its `tokens x vocab` logits (and their log-softmax
+and gradients) would be most of a step's memory, so `head_outputs` has each rank apply it to `1/sp`
+of the wanted positions and compute the per-token outputs there (log-probs, entropy, NLL); those
+small outputs are summed over the group (`reduce`), so every rank again holds all of them.
+Gradients: each rank backpropagates `loss / sp` (`loss_scale`); `reduce`'s backward sums the
+group's gradients (each rank's share gets the whole loss's), the gather's backward sums the group's
+gradients and keeps this rank's slice, so the backbone's gradients on the group's ranks add up to the
+full ones, and the data-parallel all-reduce (or FSDP2's reduce-scatter) over all `dp x sp` ranks sums
+them. Statistics are counted by the group's rank 0 only (`counts`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -135,6 +140,37 @@ class _Gather(torch.autograd.Function):
         return grad.chunk(layout.size, dim=1)[layout.rank].contiguous(), None
 
 
+class _Sum(torch.autograd.Function):
+    """All-reduce (sum) over the group; backward: the same (every rank's loss reads the sum)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, layout: Layout) -> torch.Tensor:
+        ctx.layout = layout
+        out = x.contiguous().clone()
+        dist.all_reduce(out, group=layout.group)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, group=ctx.layout.group)
+        return grad, None
+
+
+def reduce(x: torch.Tensor, layout: Layout) -> torch.Tensor:
+    """`x` summed over `layout`'s group, with gradients (a group of one: `x`)."""
+    return x if layout.size == 1 else _Sum.apply(x, layout)
+
+
+def gather_objects(obj: Any, layout: Layout) -> list[Any]:
+    """Every rank's `obj` (picklable), in group rank order."""
+    if layout.size == 1:
+        return [obj]
+    out: list[Any] = [None] * layout.size
+    dist.all_gather_object(out, obj, group=layout.group)
+    return out
+
+
 # --- the attention implementation and the backbone hooks ----------------------------------------------
 
 @dataclasses.dataclass
@@ -225,3 +261,30 @@ def layout_of(model: nn.Module) -> Layout:
     """The layout `enable` gave `model` (a group of one otherwise)."""
     return getattr(_backbone(model), "_keel_ulysses", None) or Layout()
 
+
+
+def head_outputs(model: nn.Module, packed: packing.Packed, flat: torch.Tensor,
+                 fn: Callable[[torch.Tensor, slice], Sequence[torch.Tensor]]) -> list[torch.Tensor]:
+    """Per-token outputs of the LM head at the packed row's tokens `flat` (1-D indices), every
+    rank of the group computing `1/sp` of them: `fn(logits, part)` gets this rank's logits
+    `(len(flat[part]), vocab)` and returns per-token tensors `(len(flat[part]),)`, floating point;
+    each comes back `(len(flat),)`, summed over the group (zeros elsewhere), so every rank has all.
+
+    Model types whose logits are not plain `lm_head(hidden)` (`engine.models.PLAIN_LM_HEADS`) run the
+    whole head and slice: the same results, no saving."""
+    from engine.models import PLAIN_LM_HEADS
+
+    lay = layout_of(model)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    head = base.get_output_embeddings()
+    n = flat.numel()
+    start, stop, _ = shard_bounds(n, lay.size, lay.rank)
+    start = min(start, n)  # few positions: the last ranks may have none
+    stop = max(start, stop)
+    mine = flat[start:stop]
+    if getattr(base.config, "model_type", None) in PLAIN_LM_HEADS and head is not None:
+        logits = head(_backbone(model)(**packed.model_inputs()).last_hidden_state[0, mine])
+    else:
+        logits = model(**packed.model_inputs()).logits[0, mine]
+    outs = fn(logits, slice(start, stop))
+    return [reduce(torch.nn.functional.pad(o, (start, n - stop)), lay) for o in outs]

@@ -35,6 +35,7 @@ from engine.roles.base import (
     iter_micro_batches,
     pad_response,
     policy_log_probs,
+    share_rows,
 )
 from engine.roles.batch import Batch, build_batch, mini_batch_rows
 from engine.rollout import SamplingParams, make_rollout, weights_fingerprint
@@ -96,6 +97,7 @@ class ActorRollout(TrainableRole):
             raise ConfigError("actor.strategy fsdp2 needs rollout.name hf (vllm reads the full weights)",
                               param="actor.strategy")
         self._strategy = (config.actor.strategy, config.actor.fsdp_config)
+        self._ulysses = (config.actor.ulysses_sequence_parallel_size, "actor.ulysses_sequence_parallel_size")
         self._rebuild = lambda: self._build_optimizer(total_steps)
         self.clip_low, self.clip_high = config.actor.clip_low, config.actor.clip_high
         lora_rank = (resolve_lora_rank(config.model.lora_rank, count_parameters(self.model))
@@ -228,8 +230,11 @@ class ActorRollout(TrainableRole):
         self.check_policy_version(batch)
         a = self.cfg.actor
         width = batch["responses"].shape[1]
+        own, mine = batch, slice(None)
+        totals = mini_batch_totals(self, batch, mini_batch_rows(mini_sizes), a.loss_agg_mode)
+        if self.sp.size > 1:  # the sequence-parallel group trains on its rows together
+            batch, mini_sizes, mine = share_rows(batch, self.sp, mini_sizes)
         bounds = mini_batch_rows(mini_sizes)
-        totals = mini_batch_totals(self, batch, bounds, a.loss_agg_mode)
         sums = MetricSums()
         nonfinite = False
         sampling_log_probs = None
@@ -267,13 +272,13 @@ class ActorRollout(TrainableRole):
             self.scheduler.step()
         self._after_weights_changed()
         if nonfinite:  # the step is rolled back: nothing to judge
-            new_log_probs = batch.get("old_log_probs", sampling_log_probs).clone()
+            new_log_probs = batch.get("old_log_probs", sampling_log_probs)[mine].clone()
         else:
-            new_log_probs = self._log_probs(batch)
-        out = {"metrics": sums.sums, "log_probs": new_log_probs, "nonfinite": nonfinite,
+            new_log_probs = self._log_probs(own)
+        out = {"metrics": sums.sums if self.sp.counts else {}, "log_probs": new_log_probs, "nonfinite": nonfinite,
                "time_s": time.perf_counter() - start}
         if sampling_log_probs is not None:
-            out["sampling_log_probs"] = sampling_log_probs
+            out["sampling_log_probs"] = sampling_log_probs[mine]
         return out
 
     def _backward(self, mb: Batch, total: float, width: int, sums: MetricSums, *,
@@ -314,7 +319,8 @@ class ActorRollout(TrainableRole):
             loss = loss + a.kl_loss_coef * kl
             sums.add("actor/kl_loss", float(kl.detach()), tokens)
             sums.add("actor/kl_coef", a.kl_loss_coef)
-        weight = loss_weight(mask, a.loss_agg_mode, width) / max(total, 1e-8)
+        # A sequence-parallel group's ranks all hold the micro-batch's loss: each takes 1/sp of it.
+        weight = loss_weight(mask, a.loss_agg_mode, width) / max(total, 1e-8) * self.sp.loss_scale
         self.precision.backward(loss * weight)
         sums.add("actor/pg_loss", float(pg_loss.detach()), tokens)
         if last_epoch and entropy is not None:

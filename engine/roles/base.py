@@ -18,13 +18,23 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from engine import distributed, packing, prefix, sharding
+from engine import distributed, packing, prefix, sharding, ulysses
 from engine.algos import log_probs_and_entropy, log_probs_from_logits
 from engine.artifacts import Artifacts
 from engine.checkpoint import HF_EXPORT, load_state, save_state
 from engine.models import logits_at, save_model
 from engine.precision import Precision
-from engine.roles.batch import Batch, micro_batches, response_positions, row_lengths, select, trim
+from engine.roles.batch import (
+    Batch,
+    concat,
+    micro_batches,
+    mini_batch_rows,
+    num_rows,
+    response_positions,
+    row_lengths,
+    select,
+    trim,
+)
 
 SEQ_KEYS = ("input_ids", "attention_mask")
 
@@ -68,6 +78,15 @@ class Role:
 
     def after_process_group(self) -> None:
         """Hook: the data-parallel group exists now (a colocated host calls it on every role)."""
+
+    sp: ulysses.Layout = ulysses.Layout()
+    """This worker's sequence-parallel group (`engine.ulysses`; a group of one by default)."""
+
+    def _sequence_parallel(self, model: nn.Module, size: int, param: str) -> None:
+        """Groups of `size` consecutive workers share their rows and split every packed row's tokens
+        (`engine.ulysses`). Every worker of the process group calls it, in the same role order."""
+        self.sp = ulysses.layout(size, self.rank, self.world_size)
+        ulysses.enable(model, self.sp, param)
 
     def apply(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run `fn(self, *args, **kwargs)` in the worker (diagnostics and fault-injection tests)."""
@@ -126,7 +145,7 @@ def iter_micro_batches(batch: Batch, rows: Sequence[int], *, dynamic: bool, max_
     if model is not None and dynamic and rows:
         sub = select(batch, list(rows))
         groups = prefix.row_groups(sub["input_ids"], sub["prompt_lens"])
-        if len(groups) == len(rows) or not prefix.supports(model):
+        if len(groups) == len(rows) or not prefix.supports(model) or ulysses.layout_of(model).size > 1:
             groups = None
     if groups is not None:
         prompt_lens = sub["prompt_lens"].tolist()
@@ -149,6 +168,8 @@ def policy_log_probs(model: nn.Module, mb: Batch, *, temperature: float,
     token: `grad` keeps it in the graph (a loss term), `metric` computes it detached, so backward
     stores nothing for it.
     """
+    if ulysses.layout_of(model).size > 1:
+        return _sharded_log_probs(model, mb, temperature=temperature, entropy=entropy)
     groups = prefix.row_groups(mb["input_ids"], mb["prompt_lens"])
     if len(groups) < len(mb["prompt_lens"]) and prefix.supports(model):
         logits = prefix.response_logits(model, mb["input_ids"], mb["prompt_lens"], mb["responses"], groups).float()
@@ -162,10 +183,69 @@ def policy_log_probs(model: nn.Module, mb: Batch, *, temperature: float,
     return log_probs_and_entropy(logits, mb["responses"], entropy_grad=entropy == "grad")
 
 
+def _sharded_log_probs(model: nn.Module, mb: Batch, *, temperature: float,
+                       entropy: Literal["off", "grad", "metric"]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`policy_log_probs` under Ulysses sequence parallelism: each rank of the group takes the LM head
+    and the log-softmax at `1/sp` of the response positions; the `(b, r)` results are the group's sums
+    (`engine.ulysses.head_outputs`)."""
+    packed = packing.pack_padded(mb["input_ids"], mb["attention_mask"])
+    positions = response_positions(mb["prompt_lens"], mb["responses"].shape[1], mb["input_ids"].shape[1])
+    index = torch.arange(packed.total, device=positions.device)[None, :]
+    flat = packed.at(index, positions).reshape(-1)  # packed token of each (row, response position)
+    targets = mb["responses"].reshape(-1)
+
+    def per_token(logits: torch.Tensor, part: slice) -> list[torch.Tensor]:
+        logits = logits.float()
+        if temperature > 0 and temperature != 1.0:
+            logits = logits / temperature
+        if entropy == "off":
+            return [log_probs_from_logits(logits, targets[part])]
+        return list(log_probs_and_entropy(logits, targets[part], entropy_grad=entropy == "grad"))
+
+    outs = [o.view_as(mb["responses"]) for o in ulysses.head_outputs(model, packed, flat, per_token)]
+    return outs[0], (outs[1] if entropy != "off" else None)
+
+
+def share_rows(batch: Batch, lay: ulysses.Layout,
+               sizes: Sequence[int] | None = None) -> tuple[Batch, list[int], list[int]]:
+    """The rows of a sequence-parallel group: every rank of `lay`'s group gets the same batch.
+
+    Each rank brings its own rows (cut into mini-batches of `sizes`, one without); the group's batch
+    holds mini-batch `k` of every rank, in rank order, then mini-batch `k + 1`: with `shard_rows`'s
+    layout that is the global order. Returns `(group batch, its mini-batch sizes, where this rank's
+    rows sit in it)`.
+    """
+    sizes = list(sizes) if sizes is not None else [num_rows(batch)]
+    parts = ulysses.gather_objects((batch, sizes), lay)
+    pieces, group_sizes, mine, offset = [], [], [], 0
+    for k in range(len(sizes)):
+        group_sizes.append(0)
+        for rank, (part, part_sizes) in enumerate(parts):
+            rows = mini_batch_rows(part_sizes)[k]
+            pieces.append(select(part, rows))
+            if rank == lay.rank:
+                mine.extend(range(offset, offset + len(rows)))
+            offset += len(rows)
+            group_sizes[-1] += len(rows)
+    return concat(pieces), group_sizes, mine
+
+
 @torch.no_grad()
 def batched_log_probs(model: nn.Module, batch: Batch, *, temperature: float, dynamic: bool, max_tokens: int,
                       size: int, device: torch.device) -> torch.Tensor:
-    """`(batch, R)` response log-probs for a whole batch, micro-batched, on CPU (zeros on padding)."""
+    """`(batch, R)` response log-probs for a whole batch, micro-batched, on CPU (zeros on padding).
+    Under Ulysses sequence parallelism the group's ranks score the group's rows together, each
+    returning its own."""
+    kw = {"temperature": temperature, "dynamic": dynamic, "max_tokens": max_tokens, "size": size, "device": device}
+    lay = ulysses.layout_of(model)
+    if lay.size == 1:
+        return _batched_log_probs(model, batch, **kw)
+    group, _, mine = share_rows(batch, lay)
+    return _batched_log_probs(model, group, **kw)[mine]
+
+
+def _batched_log_probs(model: nn.Module, batch: Batch, *, temperature: float, dynamic: bool, max_tokens: int,
+                       size: int, device: torch.device) -> torch.Tensor:
     width = batch["responses"].shape[1]
     out = torch.zeros(batch["responses"].shape, dtype=torch.float32)
     was_training = model.training
@@ -233,12 +313,15 @@ class TrainableRole(Role):
     """Subclasses: rebuild `optimizer` and `scheduler` over the model's current parameters."""
     _strategy: tuple[str, Any] = ("ddp", None)
     """`(strategy, fsdp_config)` of the role's config."""
+    _ulysses: tuple[int, str] = (1, "ulysses_sequence_parallel_size")
+    """`(ulysses_sequence_parallel_size, its param name)` of the role's config."""
     tokenizer: Any = None
     """Saved beside the weights in the checkpoints' Hugging Face export."""
 
     def after_process_group(self) -> None:
         """fsdp2: shard the model, then rebuild the optimizer and scheduler over the sharded
         parameters (nothing has stepped yet)."""
+        self._sequence_parallel(self.model, *self._ulysses)
         strategy, fsdp = self._strategy
         if strategy != "fsdp2" or self.world_size == 1:
             return

@@ -20,7 +20,7 @@ from engine.config import PPOConfig
 from engine.models import load_tokenizer, load_value_model, token_values
 from engine.precision import Precision
 from engine.roles.actor import loss_weight, mini_batch_totals
-from engine.roles.base import MetricSums, TrainableRole, iter_micro_batches, pad_response
+from engine.roles.base import MetricSums, TrainableRole, iter_micro_batches, pad_response, share_rows
 from engine.roles.batch import Batch, gather_response, mini_batch_rows
 from engine.schedule import build_optimizer, build_scheduler
 
@@ -49,6 +49,7 @@ class Critic(TrainableRole):
         self.precision = Precision(config.model.dtype, self.device)
         self._init_grads()
         self._strategy = (config.critic.strategy, config.critic.fsdp_config)
+        self._ulysses = (config.critic.ulysses_sequence_parallel_size, "critic.ulysses_sequence_parallel_size")
         self._rebuild = lambda: self._build_optimizer(total_steps)
 
     def _build_optimizer(self, total_steps: int) -> None:
@@ -66,6 +67,9 @@ class Critic(TrainableRole):
         start = time.perf_counter()
         c = self.cfg.critic
         width = batch["responses"].shape[1]
+        mine = slice(None)
+        if self.sp.size > 1:  # the sequence-parallel group scores its rows together
+            batch, _, mine = share_rows(batch, self.sp)
         out = torch.zeros(batch["responses"].shape, dtype=torch.float32)
         self.model.eval()
         with sharding.gathered(self.sharded):  # fsdp2: any number of forwards, no collectives
@@ -74,7 +78,7 @@ class Critic(TrainableRole):
                                                 size=c.ppo_micro_batch_size_per_gpu, device=self.device,
                                                 packed=packing.enabled(self.model)):
                 out[index] = pad_response(self._values(mb), width).cpu()
-        return {"values": out, "time_s": time.perf_counter() - start}
+        return {"values": out[mine], "time_s": time.perf_counter() - start}
 
     def update_critic(self, batch: Batch, mini_sizes: Sequence[int]) -> dict[str, Any]:
         """Value-loss epochs over this worker's rows (batch holds `values` and `returns`).
@@ -86,8 +90,10 @@ class Critic(TrainableRole):
         c = self.cfg.critic
         epochs = c.ppo_epochs or self.cfg.actor.ppo_epochs
         width = batch["responses"].shape[1]
+        totals = mini_batch_totals(self, batch, mini_batch_rows(mini_sizes), c.loss_agg_mode)
+        if self.sp.size > 1:  # the sequence-parallel group trains on its rows together
+            batch, mini_sizes, _ = share_rows(batch, self.sp, mini_sizes)
         bounds = mini_batch_rows(mini_sizes)
-        totals = mini_batch_totals(self, batch, bounds, c.loss_agg_mode)
         sums = MetricSums()
         nonfinite = False
         self.model.train()
@@ -105,7 +111,8 @@ class Critic(TrainableRole):
                     vpreds = self._values(mb)
                     loss, m = value_loss(vpreds, mb["values"], mb["returns"], mask, c.cliprange_value,
                                          c.loss_agg_mode)
-                    self.precision.backward(loss * loss_weight(mask, c.loss_agg_mode, width) / max(total, 1e-8))
+                    weight = loss_weight(mask, c.loss_agg_mode, width) / max(total, 1e-8) * self.sp.loss_scale
+                    self.precision.backward(loss * weight)
                     tokens = float(mask.sum())
                     sums.add("critic/vf_loss", float(loss.detach()), tokens)
                     sums.add("critic/vf_clipfrac", m["vf_clipfrac"], tokens)
@@ -121,4 +128,5 @@ class Critic(TrainableRole):
         sums.add("perf/critic_state_bytes_per_worker", self.state_bytes())
         if not nonfinite:
             self.scheduler.step()
-        return {"metrics": sums.sums, "nonfinite": nonfinite, "time_s": time.perf_counter() - start}
+        return {"metrics": sums.sums if self.sp.counts else {}, "nonfinite": nonfinite,
+                "time_s": time.perf_counter() - start}

@@ -29,6 +29,10 @@ class Reference(Role):
         # The actor's precision path (float32 weights under its autocast): KL is exactly 0 at step 0.
         self.model = load_reference(self.artifacts.stage(model_path), config.model).to(self.device)
 
+    def after_process_group(self) -> None:
+        self._sequence_parallel(self.model, self.cfg.ref.ulysses_sequence_parallel_size,
+                                "ref.ulysses_sequence_parallel_size")
+
     def compute_ref_log_prob(self, batch: Batch) -> dict[str, Any]:
         """`log_probs`: `(batch, R)` response log-probs under the reference policy."""
         start = time.perf_counter()

@@ -1,5 +1,5 @@
-"""Sequence and tensor parallelism knobs at job create: `ulysses_sequence_parallel_size` must divide
-the workers and the model's heads and needs packed rows; PPO's roles refuse it for now;
+"""Sequence and tensor parallelism knobs at job create: `ulysses_sequence_parallel_size` (SFT, reward
+models and each PPO role) must divide the workers and the model's heads and needs packed rows;
 `rollout.tensor_model_parallel_size` must divide a rollout worker's GPUs and needs vllm. Every
 refusal is a 422 naming the parameter."""
 
@@ -66,10 +66,23 @@ def test_sequence_parallelism_needs_packed_rows(client, auth, files, dispatched)
     _refused(create(client, auth, _sp(files, 2, model={"use_remove_padding": False})), SP)
 
 
-def test_ppo_roles_refuse_sequence_parallelism_and_tp_needs_vllm_and_gpus(client, auth, files, dispatched):
-    for role in ("actor", "critic", "ref"):
-        r = create(client, auth, ppo_body(files, **{role: {"ulysses_sequence_parallel_size": 2}}))
-        _refused(r, f"method.hyperparameters.{role}.ulysses_sequence_parallel_size")
+@pytest.mark.parametrize("role", ["actor", "critic", "ref"])
+def test_ppo_roles_take_sequence_parallelism_with_the_same_rules(client, auth, files, dispatched, role):
+    param = f"method.hyperparameters.{role}.ulysses_sequence_parallel_size"
+
+    def body(workers: int, heads: int, **hyper) -> dict:
+        b = ppo_body(files, **{role: {"ulysses_sequence_parallel_size": 2}}, **hyper)
+        return {**b, "model": _model(heads, heads), "resources": {"num_workers": workers, "cpus_per_worker": 1}}
+
+    r = create(client, auth, body(2, 4))
+    assert r.status_code == 201, r.text
+    assert r.json()["method"]["hyperparameters"][role]["ulysses_sequence_parallel_size"] == 2
+    _refused(create(client, auth, body(3, 4)), param)
+    _refused(create(client, auth, body(2, 3)), param)
+    _refused(create(client, auth, body(2, 4, model={"use_remove_padding": False})), param)
+
+
+def test_tp_needs_vllm_and_gpus(client, auth, files, dispatched):
     tp = "method.hyperparameters.rollout.tensor_model_parallel_size"
     _refused(create(client, auth, ppo_body(files, rollout={"tensor_model_parallel_size": 2})), tp)
     body = ppo_body(files, rollout={"name": "vllm", "tensor_model_parallel_size": 2})

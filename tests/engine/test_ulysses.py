@@ -41,11 +41,12 @@ def _compute(model_path: str, lay) -> dict:
     """Every forward the trainers run, with `lay`'s sharding; losses backpropagated as the trainers
     do (times `loss_scale`) and gradients summed over all workers."""
     from engine import distributed, models, ulysses
-    from engine.algos.logits import log_probs_from_logits
+    from engine.roles.base import policy_log_probs
     from engine.sft import sft_loss_sum
 
     ids, mask, prompt_lens = _batch()
     seen: list[int] = []
+    head: list[int] = []
     out: dict = {}
 
     def grads(model):
@@ -58,14 +59,18 @@ def _compute(model_path: str, lay) -> dict:
     policy = models.load_policy(model_path, ModelConfig(), trainable=True)
     ulysses.enable(policy, lay)
     policy.model.embed_tokens.register_forward_hook(lambda m, a, o: seen.append(a[0].shape[1]))
+    policy.lm_head.register_forward_hook(lambda m, a, o: head.append(a[0].shape[:-1].numel()))
     loss_sum, tokens, _ = sft_loss_sum(policy, ids, mask, prompt_lens)
     (loss_sum / tokens * lay.loss_scale).backward()
     out["sft_loss"], out["sft_grads"] = loss_sum.detach(), grads(policy)
 
-    positions = torch.stack([torch.arange(p, p + 4) for p in prompt_lens.tolist()])
-    logp = log_probs_from_logits(models.logits_at(policy, ids, mask, positions).float(), ids.gather(1, positions + 1))
-    (-(logp * torch.linspace(-1, 1, logp.numel()).view_as(logp)).sum() * lay.loss_scale).backward()
-    out["log_probs"], out["actor_grads"] = logp.detach(), grads(policy)
+    # The actor's forward: log-probs and entropy at the response positions (temperature 0.7).
+    responses = torch.stack([ids[i, p:p + 6] for i, p in enumerate(prompt_lens.tolist())])
+    mb = {"input_ids": ids, "attention_mask": mask, "prompt_lens": prompt_lens, "responses": responses}
+    logp, entropy = policy_log_probs(policy, mb, temperature=0.7, entropy="grad")
+    weights = torch.linspace(-1, 1, logp.numel()).view_as(logp)
+    (-((logp * weights).sum() + 0.1 * entropy.sum()) * lay.loss_scale).backward()
+    out["log_probs"], out["entropy"], out["actor_grads"] = logp.detach(), entropy.detach(), grads(policy)
 
     torch.manual_seed(0)  # the fresh score head
     critic = models.load_value_model(model_path, ModelConfig(), trainable=True)
@@ -77,7 +82,7 @@ def _compute(model_path: str, lay) -> dict:
     scores = models.reward_scores(critic, ids, mask)
     (-torch.nn.functional.logsigmoid(scores[0] - scores[1:]).sum() * lay.loss_scale).backward()
     out["scores"], out["rm_grads"] = scores.detach(), grads(critic)
-    out["tokens_seen"] = seen
+    out["tokens_seen"], out["head_rows"] = seen, head
     return out
 
 
@@ -136,10 +141,13 @@ def test_two_way_sequence_parallel_matches_one_worker(demo_assets):
     total = sum(LENGTHS)
     # The knob shards: each rank embeds half of the (padded) row, one worker all of it.
     assert single["tokens_seen"] == [total] * 2
+    # The LM head: SFT's 70 predicting positions and the actor's 3 x 6 response positions, each rank half.
+    assert single["head_rows"] == [total, 18]  # SP=1 runs the whole head (its last position's logits unused)
+    assert results[0]["head_rows"] == [35, 9] and results[1]["head_rows"] == [35, 9]
     for rank in (0, 1):
         assert results[rank]["tokens_seen"] == [(total + 1) // 2] * 2
-        for key in ("sft_loss", "log_probs", "values", "scores", "sft_grads", "actor_grads", "critic_grads",
-                    "rm_grads"):
+        for key in ("sft_loss", "log_probs", "entropy", "values", "scores", "sft_grads", "actor_grads",
+                    "critic_grads", "rm_grads"):
             _assert_same(results[rank][key], single[key], f"rank {rank} {key}")
 
 
@@ -208,8 +216,11 @@ def test_parallel_knobs_are_checked_and_tp_reaches_vllm():
     with pytest.raises(ConfigError) as err:
         check_parallel(sft, Resources(num_workers=3))
     assert err.value.param == "ulysses_sequence_parallel_size"
-    with pytest.raises(ConfigError, match="do not shard sequences yet"):
-        build_config(PPOConfig, {"critic": {"ulysses_sequence_parallel_size": 2}})
+    ppo = build_config(PPOConfig, {"critic": {"ulysses_sequence_parallel_size": 2}})  # PPO's roles shard too
+    check_parallel(ppo, Resources(num_workers=2))
+    with pytest.raises(ConfigError) as err:
+        check_parallel(ppo, Resources(num_workers=3))
+    assert err.value.param == "critic.ulysses_sequence_parallel_size"
     cfg = build_config(PPOConfig, {"rollout": {"name": "vllm", "tensor_model_parallel_size": 2}})
     kwargs = vllm_engine_kwargs(cfg, model_path="/models/policy", lora_rank=0, seed=0)
     assert kwargs["tensor_parallel_size"] == 2 and kwargs["distributed_executor_backend"] == "mp"
@@ -218,3 +229,33 @@ def test_parallel_knobs_are_checked_and_tp_reaches_vllm():
     assert err.value.param == "rollout.tensor_model_parallel_size"
     with pytest.raises(ConfigError):
         build_config(PPOConfig, {"rollout": {"tensor_model_parallel_size": 2}})  # hf has no tensor parallelism
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("estimator", ["gae", "grpo"])
+def test_ppo_roles_on_two_workers_in_one_group_train_like_one(demo_assets, ray_local, tmp_path, estimator):
+    """Actor, critic and reference with `ulysses_sequence_parallel_size: 2` on two gloo workers (one
+    group sharing every row) give one worker's first step: losses, log-probs (the rollout gap and the
+    PPO KL read them), values, entropy and gradient norms (a wrong 1/sp would double them)."""
+    from test_ppo import make_request
+
+    from engine.ppo import run_ppo
+    from engine.reporting import RecordingReporter
+
+    sp = {"ulysses_sequence_parallel_size": 2}
+    algo = ({"algorithm": {"adv_estimator": "grpo", "use_kl_in_reward": False}, "actor": {"use_kl_loss": True}}
+            if estimator == "grpo" else {"algorithm": {"use_kl_in_reward": True}})
+    runs = {}
+    for size, workers in ((1, 1), (2, 2)):
+        overrides = {**algo, "actor": {**algo.get("actor", {}), **(sp if size > 1 else {})},
+                     "critic": sp if size > 1 else {}, "ref": sp if size > 1 else {}}
+        reporter = RecordingReporter()
+        run_ppo(make_request(demo_assets, tmp_path / f"sp{size}", steps=1, workers=workers, validation=False,
+                             overrides=overrides), reporter)
+        runs[size] = next(e["values"] for e in reporter.events if e["type"] == "metrics" and e["step"] == 1)
+    names = ["actor/pg_loss", "actor/entropy", "actor/ppo_kl", "actor/grad_norm", "rollout/logprob_diff/mean",
+             "critic/score/mean"]
+    names += (["critic/vf_loss", "critic/values/mean", "critic/vpred_mean", "critic/grad_norm",
+               "actor/reward_kl_penalty"] if estimator == "gae" else ["actor/kl_loss"])
+    for name in names:
+        assert runs[2][name] == pytest.approx(runs[1][name], abs=1e-5), name
