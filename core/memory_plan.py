@@ -18,7 +18,9 @@ estimate follows what the engine keeps alive, per worker:
   layer's input and recomputes one layer at a time. Token counts follow the micro-batching: a token
   budget (`use_dynamic_bsz`) or rows x longest sequence; with `use_remove_padding` sequences are
   packed, so the budget counts real tokens. Ulysses sequence parallelism
-  (`ulysses_sequence_parallel_size`) divides the decoder layers' tokens by the group's size.
+  (`ulysses_sequence_parallel_size`) divides the decoder layers' tokens and the LM head's logits by
+  the group's size (each worker only keeps the gathered hidden states of every token); the group
+  shares its rows, so a worker's micro-batches draw from `sp` workers' rows.
 - PPO: each role (actor, critic, reference, reward) separately; colocated roles live in one process,
   so their weights and optimizer state add up while activations (the roles run one after another)
   take the largest. Generation keeps a KV cache for every row a worker samples. The rollback
@@ -400,8 +402,8 @@ def padded_attention_bytes(arch: Architecture, k: Knobs, seq: int) -> float:
 def training_activations(arch: Architecture, k: Knobs, tokens: float, head: str, loss: str, seq: int,
                          sp: int = 1) -> float:
     """Peak activation bytes of one forward + backward over `tokens` tokens of sequences of `seq`;
-    with Ulysses sequence parallelism over `sp` workers the decoder layers hold `tokens / sp` each,
-    the head (after the hidden states are gathered) all of them."""
+    with Ulysses sequence parallelism over `sp` workers the decoder layers and the LM head's logits
+    hold `tokens / sp` each, the gathered hidden states all of them (`engine.ulysses.head_outputs`)."""
     c = DTYPE_BYTES.get(k.dtype, FP32)
     h, v = arch.hidden_size, arch.vocab_size
     layer = layer_bytes_per_token(arch, c, k.lora_rank) + padded_attention_bytes(arch, k, seq)
@@ -413,10 +415,10 @@ def training_activations(arch: Architecture, k: Knobs, tokens: float, head: str,
         working = layer
     if head == "lm":
         logits = v * c + (v * FP32 if c < FP32 else 0)  # the logits, and their float32 copy for the loss
-        head_bytes = 2 * h * FP32 + logits + LOSS_HEAD_TEMPS[loss] * v * FP32
+        sharded = logits + LOSS_HEAD_TEMPS[loss] * v * FP32
     else:
-        head_bytes = 2 * h * FP32 + 2 * FP32
-    return tokens / sp * (kept + working) + tokens * head_bytes
+        sharded = 2 * FP32
+    return tokens / sp * (kept + working + sharded) + tokens * 2 * h * FP32
 
 
 def training_transient(arch: Architecture, k: Knobs, tokens: float, head: str, loss: str, seq: int,
@@ -578,7 +580,9 @@ def _ppo_roles(hp: Mapping[str, Any], workers: int, arch: Architecture,
     seq = prompt + response
     n = int(_get(hp, "rollout.n", 5))
     samples = math.ceil(int(_get(hp, "data.train_batch_size", 64)) * n / workers)
-    mini = math.ceil(int(_get(hp, "actor.ppo_mini_batch_size", 64)) * n / workers)
+    a_sp, c_sp = (int(_get(hp, f"{r}.ulysses_sequence_parallel_size", 1)) for r in ("actor", "critic"))
+    # A sequence-parallel group trains on its `sp` workers' rows together.
+    mini = math.ceil(int(_get(hp, "actor.ppo_mini_batch_size", 64)) * n / workers) * a_sp
     actor_k = knobs(hp, "actor", lora)
     a_dynamic = bool(_get(hp, "actor.use_dynamic_bsz", True))
     a_tokens = micro_tokens(rows=mini, seq=seq, per_row=1, dynamic=a_dynamic,
@@ -589,21 +593,21 @@ def _ppo_roles(hp: Mapping[str, Any], workers: int, arch: Architecture,
                                 budget=int(_get(hp, "actor.ppo_max_token_len_per_gpu", 3072)),
                                 size=int(_get(hp, "actor.ppo_micro_batch_size_per_gpu", 2)))
     actor = trained_state(arch, actor_k, "lm", workers, snapshot=True)
-    actor.activations = max(training_activations(arch, actor_k, a_tokens, "lm", "actor", seq),
+    actor.activations = max(training_activations(arch, actor_k, a_tokens, "lm", "actor", seq, a_sp),
                             generation_activations(arch, actor_k.dtype, samples, prompt, response),
                             inference_activations(arch, actor_k.dtype, infer_tokens, "lm"))
     roles = {"actor": actor}
     if _get(hp, "algorithm.adv_estimator", "gae") == "gae":
         critic_k = knobs(hp, "critic", 0 if not lora else lora)
         c_mini = math.ceil(int(_get(hp, "critic.ppo_mini_batch_size") or _get(hp, "actor.ppo_mini_batch_size", 64))
-                           * n / workers)
+                           * n / workers) * c_sp
         c_dynamic = bool(_get(hp, "critic.use_dynamic_bsz", True))
         c_budget = int(_get(hp, "critic.ppo_max_token_len_per_gpu", 3072))
         c_size = int(_get(hp, "critic.ppo_micro_batch_size_per_gpu", 2))
         c_tokens = micro_tokens(rows=c_mini, seq=seq, per_row=1, dynamic=c_dynamic, budget=c_budget, size=c_size)
         critic = trained_state(arch, critic_k, "score", workers, snapshot=True)
         critic.activations = max(
-            training_activations(arch, critic_k, c_tokens, "score", "sft", seq),
+            training_activations(arch, critic_k, c_tokens, "score", "sft", seq, c_sp),
             inference_activations(arch, critic_k.dtype, micro_tokens(rows=samples, seq=seq, per_row=1,
                                                                      dynamic=c_dynamic, budget=c_budget,
                                                                      size=c_size), "score"))
