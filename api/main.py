@@ -8,13 +8,12 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
 from api import bodysize, docs, errors, metrics, middleware, streams
-from api.openai import graders
+from api.openai import fine_tuning, graders
 from api.routes import (
     checkpoints,
     console,
     events,
     files,
-    fine_tuning,
     forks,
     health,
     jobs,

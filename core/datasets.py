@@ -41,7 +41,7 @@ OUTPUT_COLUMNS: dict[str, tuple[str, ...]] = {
 `outcome` only for an evaluation with `compare_to`)."""
 OUTPUT_COLUMNS["fine-tune-results"] = ("step", "train_loss", "train_accuracy", "valid_loss",
                                        "valid_mean_token_accuracy")
-"""A fine-tuning job's step metrics as OpenAI writes them (CSV; api/routes/fine_tuning.py)."""
+"""A fine-tuning job's step metrics as OpenAI writes them (CSV; api/openai/fine_tuning.py)."""
 REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "preference": ("prompt", "chosen", "rejected"),
     "prompts": ("prompt",),

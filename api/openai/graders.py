@@ -15,8 +15,8 @@ from fastapi import APIRouter, Request
 from api.deps import CurrentProject, SessionDep
 from api.errors import ApiError, problem_responses
 from api.graders import checked_grader, grader_process_async, model_ref, refused
+from api.openai.schemas import GraderRun, GraderValidate
 from api.ratelimit import RENEW_S, StreamSlots
-from api.schemas.fine_tuning import GraderRun, GraderValidate
 from core import checkpoints
 from core.config import settings
 from core.storage import is_url

@@ -28,9 +28,7 @@ from api import model_refs, pauses
 from api.deps import CurrentCaller, CurrentProject, SessionDep
 from api.errors import ApiError, not_found, problem_responses
 from api.graders import checked_grader
-from api.routes import jobs as keel_jobs
-from api.routes.jobs import OwnedJob
-from api.schemas.fine_tuning import (
+from api.openai.schemas import (
     DpoSpec,
     FineTuneMethod,
     FineTuningCheckpoints,
@@ -40,6 +38,8 @@ from api.schemas.fine_tuning import (
     FineTuningJobs,
     SupervisedSpec,
 )
+from api.routes import jobs as keel_jobs
+from api.routes.jobs import OwnedJob
 from api.schemas.jobs import MAX_GRADER_CHARS, JobCreate
 from core import events, fine_tuned_models
 from core import finetune_files as ft
