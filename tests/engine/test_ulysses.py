@@ -239,20 +239,29 @@ def test_ppo_roles_on_two_workers_in_one_group_train_like_one(demo_assets, ray_l
     PPO KL read them), values, entropy and gradient norms (a wrong 1/sp would double them)."""
     from test_ppo import make_request
 
-    from engine.ppo import run_ppo
+    from engine.ppo import PPOTrainer
     from engine.reporting import RecordingReporter
 
     sp = {"ulysses_sequence_parallel_size": 2}
     algo = ({"algorithm": {"adv_estimator": "grpo", "use_kl_in_reward": False}, "actor": {"use_kl_loss": True}}
             if estimator == "grpo" else {"algorithm": {"use_kl_in_reward": True}})
-    runs = {}
+    runs, groups = {}, {}
+
+    def hook(trainer, step):  # the layout every role worker trains and scores with
+        groups.update({name: trainer.roles.get(trainer.roles[name].submit_all("apply", lambda r: (r.sp.size, r.sp.rank)))
+                       for name in ("actor", "critic", "ref") if name in trainer.roles})
+
     for size, workers in ((1, 1), (2, 2)):
         overrides = {**algo, "actor": {**algo.get("actor", {}), **(sp if size > 1 else {})},
                      "critic": sp if size > 1 else {}, "ref": sp if size > 1 else {}}
         reporter = RecordingReporter()
-        run_ppo(make_request(demo_assets, tmp_path / f"sp{size}", steps=1, workers=workers, validation=False,
-                             overrides=overrides), reporter)
+        trainer = PPOTrainer(make_request(demo_assets, tmp_path / f"sp{size}", steps=1, workers=workers,
+                                          validation=False, overrides=overrides), reporter)
+        trainer.fault_hook = hook
+        trainer.fit()
         runs[size] = next(e["values"] for e in reporter.events if e["type"] == "metrics" and e["step"] == 1)
+    assert groups == {name: [(2, 0), (2, 1)] for name in (["actor", "critic", "ref"] if estimator == "gae"
+                                                          else ["actor", "ref"])}
     names = ["actor/pg_loss", "actor/entropy", "actor/ppo_kl", "actor/grad_norm", "rollout/logprob_diff/mean",
              "critic/score/mean"]
     names += (["critic/vf_loss", "critic/values/mean", "critic/vpred_mean", "critic/grad_norm",
