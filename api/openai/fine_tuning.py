@@ -45,7 +45,8 @@ from core import events, fine_tuned_models
 from core import finetune_files as ft
 from core.capacity import admission, job_demand
 from core.config import settings
-from core.datasets import DatasetError, inspect_dataset
+from core.dataset_rules import DatasetError
+from core.datasets import inspect_dataset
 from core.ids import new_id
 from core.models import Checkpoint, File, Job, JobEvent
 from core.storage import get_storage

@@ -36,7 +36,8 @@ from api.schemas.files import UPLOAD_BODY, FileDeleted, FilePreview, FilePublic,
 from api.schemas.text import MESSAGE as NUL_MESSAGE
 from api.schemas.text import has_nul
 from core.config import settings
-from core.datasets import OUTPUT_PURPOSES, PURPOSES, DatasetError, DatasetInfo, inspect_dataset, preview_rows
+from core.dataset_rules import OUTPUT_PURPOSES, PURPOSES, DatasetError, DatasetInfo
+from core.datasets import inspect_dataset, preview_rows
 from core.ids import new_id
 from core.models import File, Job, utcnow
 from core.storage import Storage, get_storage

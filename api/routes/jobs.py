@@ -55,7 +55,7 @@ from core.capacity import (
     nodes_of,
 )
 from core.config import settings
-from core.datasets import longest_token_chars, min_tokens
+from core.dataset_stats import longest_token_chars, min_tokens
 from core.db import session_factory
 from core.integrations import check_tracking_uri
 from core.models import Checkpoint, ClusterNode, File, Job, Model
@@ -198,9 +198,10 @@ _FILE_STATS = select(File.stats).where(File.id == bindparam("file_id"))
 
 def _check_rows_fit(db: Session, body: JobCreate) -> None:
     """With `truncation: error`, refuse a job whose file certainly holds a row over a length limit,
-    before it is queued: the file's recorded longest cells (characters, `core.datasets`) over the most
-    characters one token of the model's tokenizer covers give the fewest tokens that row can take
-    (`core.datasets.min_tokens`). With `filter_overlong_prompts` the longest row may be dropped: no check."""
+    before it is queued: the file's recorded longest cells (characters, `core.dataset_stats`) over the
+    most characters one token of the model's tokenizer covers give the fewest tokens that row can take
+    (`core.dataset_stats.min_tokens`). With `filter_overlong_prompts` the longest row may be dropped: no
+    check."""
     data = body.method.hyperparameters.data
     if data.truncation != "error" or data.filter_overlong_prompts:
         return

@@ -1,4 +1,4 @@
-"""core.datasets: format sniffing, column rules, bounded reading, statistics."""
+"""core.datasets and its readers: format sniffing, column rules, bounded reading, statistics."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from core import datasets
-from core.datasets import DatasetError, inspect_dataset, preview_rows
+from core import dataset_rules, jsonl_datasets, parquet_datasets
+from core.dataset_rules import DatasetError
+from core.datasets import inspect_dataset, preview_rows
 
 
 def parquet(table: pa.Table | list[dict], **kw) -> io.BytesIO:
@@ -130,41 +131,42 @@ def test_a_jsonl_line_must_be_an_object():
 
 
 def test_declared_row_counts_are_bounded(monkeypatch):
-    monkeypatch.setattr(datasets, "MAX_ROWS", 50)
+    monkeypatch.setattr(parquet_datasets, "MAX_ROWS", 50)
+    monkeypatch.setattr(jsonl_datasets, "MAX_ROWS", 50)
     e = error(parquet(PAIRS))
     assert e.code == "invalid_file" and "100 rows" in e.detail
     assert error(jsonl(PAIRS)).code == "invalid_file"
 
 
 def test_huge_rows_are_refused_before_decoding(monkeypatch):
-    monkeypatch.setattr(datasets, "MAX_ROW_BYTES", 100)
+    monkeypatch.setattr(parquet_datasets, "MAX_ROW_BYTES", 100)
     rows = [{"prompt": "p" * 1000, "chosen": "c", "rejected": "r"}]
     e = error(parquet(rows, compression="zstd"))
     assert e.code == "invalid_file" and "bytes per row" in e.detail
 
 
 def test_huge_parquet_footers_are_refused(monkeypatch):
-    monkeypatch.setattr(datasets, "MAX_FOOTER_BYTES", 64)
+    monkeypatch.setattr(parquet_datasets, "MAX_FOOTER_BYTES", 64)
     assert "metadata" in error(parquet(PAIRS)).detail
 
 
 def test_long_jsonl_lines_are_refused(monkeypatch):
-    monkeypatch.setattr(datasets, "MAX_LINE_BYTES", 100)
+    monkeypatch.setattr(jsonl_datasets, "MAX_LINE_BYTES", 100)
     e = error(jsonl([{"prompt": "p" * 200, "chosen": "c", "rejected": "r"}]))
     assert e.code == "invalid_file" and e.line == 1
 
 
 def test_batches_are_sized_by_declared_bytes_per_row(monkeypatch):
     """Wide rows are read a few at a time: memory follows _BATCH_BYTES, not the row group size."""
-    monkeypatch.setattr(datasets, "_BATCH_BYTES", 10_000)
+    monkeypatch.setattr(parquet_datasets, "_BATCH_BYTES", 10_000)
     seen = []
-    real = datasets._check_arrow_column
+    real = parquet_datasets._check_arrow_column
 
     def spy(column, arr, offset, stats):
         seen.append(len(arr))
         return real(column, arr, offset, stats)
 
-    monkeypatch.setattr(datasets, "_check_arrow_column", spy)
+    monkeypatch.setattr(parquet_datasets, "_check_arrow_column", spy)
     rows = [{"prompt": f"{i:04d}" * 500, "response": "r"} for i in range(100)]
     assert inspect_dataset(parquet(rows, compression="none"), "sft").rows == 100
     assert max(seen) <= 5
@@ -205,8 +207,8 @@ GOOD = [
 def test_what_is_accepted_here_the_engine_reads(tmp_path, purpose, rows, fmt):
     """The column rules mirror engine/data.py (which the API must not import); keep them in step."""
     engine_data = pytest.importorskip("engine.data")
-    assert engine_data.REQUIRED_COLUMNS == datasets.REQUIRED_COLUMNS
-    assert engine_data.OPTIONAL_COLUMNS == datasets.OPTIONAL_COLUMNS
+    assert engine_data.REQUIRED_COLUMNS == dataset_rules.REQUIRED_COLUMNS
+    assert engine_data.OPTIONAL_COLUMNS == dataset_rules.OPTIONAL_COLUMNS
     path = tmp_path / f"d.{fmt}"
     if fmt == "parquet":
         pq.write_table(pa.Table.from_pylist(rows), path)

@@ -1,5 +1,5 @@
 """Rewrite integer fields of a parquet footer (Thrift compact protocol) to craft files no writer makes:
-billions of declared rows, understated sizes. Test-only; core.datasets reads page headers itself."""
+billions of declared rows, understated sizes. Test-only; core.parquet_datasets reads page headers itself."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ from parquet_craft import (
 )
 from serving import serve
 
-from core import datasets
+from core import jsonl_datasets
 
 MB = 1024**2
 files_api = security_support.api_files()
@@ -260,7 +260,7 @@ def test_a_huge_cell_among_small_rows_is_refused_before_decoding(tmp_path, post_
 def test_a_jsonl_line_past_the_limit_is_refused_with_bounded_memory(tmp_path, post_file):
     """One line of MAX_LINE_BYTES + 1 MB: refused on that line; memory about the limit, never the file."""
     path = tmp_path / "longline.jsonl"
-    size = datasets.MAX_LINE_BYTES + MB
+    size = jsonl_datasets.MAX_LINE_BYTES + MB
     with path.open("wb") as f:
         f.write(b'{"prompt": "')
         chunk = b"a" * MB
@@ -270,8 +270,8 @@ def test_a_jsonl_line_past_the_limit_is_refused_with_bounded_memory(tmp_path, po
     started = time.monotonic()
     r, memory = post_file(path, "sft")
     body = problem(r, 422, "invalid_file")
-    assert f"longer than {datasets.MAX_LINE_BYTES} bytes" in body["detail"] and body["errors"][0]["line"] == 1
-    assert memory.peak < datasets.MAX_LINE_BYTES + 128 * MB, str(memory)
+    assert f"longer than {jsonl_datasets.MAX_LINE_BYTES} bytes" in body["detail"] and body["errors"][0]["line"] == 1
+    assert memory.peak < jsonl_datasets.MAX_LINE_BYTES + 128 * MB, str(memory)
     assert time.monotonic() - started < 60
 
 
