@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import re
 import subprocess
 import sys
 import time
@@ -130,7 +131,8 @@ def plant_half_written_checkpoint(checkpoint_dir: Path, step: int) -> None:
 def resumed_from(events) -> str:
     logs = [e.data["message"] for e in events if e.type == "job.log" and e.data["message"].startswith("resumed from ")]
     assert len(logs) == 1, logs
-    return logs[0].removeprefix("resumed from ").split(" after step ")[0]
+    # "resumed from KEY at step N" (supervised) or "resumed from KEY: continuing after step N ..." (PPO)
+    return re.match(r"resumed from (\S+?)(?::| at step | after step )", logs[0]).group(1)
 
 
 def test_worker_killed_after_a_checkpoint_is_detected_its_controller_stops_and_the_job_resumes(stack, reference):
