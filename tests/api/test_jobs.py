@@ -86,7 +86,7 @@ def test_create_fills_in_defaults_with_verl_names(client, auth, db, files, dispa
                           "filter_overlong_prompts": False, "shuffle": True}
     assert hp["optim"]["lr"] == 1e-4 and hp["optim"]["betas"] == [0.9, 0.999]
     assert hp["trainer"] == {"total_epochs": 1, "total_training_steps": 100, "save_freq": 20, "test_freq": 20,
-                             "critic_warmup": 0, "max_duration_s": None, "max_actor_ckpt_to_keep": None,
+                             "val_before_train": True, "critic_warmup": 0, "max_duration_s": None, "max_actor_ckpt_to_keep": None,
                              "max_critic_ckpt_to_keep": None}
     assert hp["model"]["lora_rank"] == 0 and hp["center_rewards_coefficient"] == 0.0
     assert hp["micro_batch_size_per_gpu"] == 2 and hp["max_token_len_per_gpu"] == 3072
@@ -230,7 +230,8 @@ INVALID_PPO = [
     ("method.overrides", ["actor.ppo_epochs"], "method.overrides.0"),
     ("method.overrides", ["rollout.n=4", "bad key=1"], "method.overrides.1"),
     ("method.overrides", ["actor_rollout_ref.actor.nope=1"], f"{PPO_HP}.actor.nope"),
-    ("method.overrides", ["actor_rollout_ref.ref.log_prob_micro_batch_size=4"], f"{PPO_HP}.ref"),
+    ("method.overrides", ["actor_rollout_ref.ref.log_prob_micro_batch_size=4"],
+     f"{PPO_HP}.ref.log_prob_micro_batch_size"),
     ("method.overrides", ["actor_rollout_ref.actor.ppo_epochs=four"], f"{PPO_HP}.actor.ppo_epochs"),
     ("method.overrides", ["actor_rollout_ref.actor.clip_ratio_c=1"], f"{PPO_HP}.actor.clip_ratio_c"),
     ("method.overrides", ["algorithm.gamma=.nan"], f"{PPO_HP}.algorithm.gamma"),
