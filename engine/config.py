@@ -403,9 +403,12 @@ class GuardrailConfig:
     """The recipe's monitoring points, enforced."""
 
     warn_kl: float = 0.2
-    """KL per step above this emits `job.warning`."""
+    """KL per step above this emits `job.warning` (`kl_high`; `guardrails/kl`: the updated policy's
+    KL to the reference)."""
     rollback_kl: float = 0.3
-    """KL per step above this (or a non-finite loss/gradient) restores the last good checkpoint."""
+    """KL per step above this (or a non-finite loss/gradient) restores the state before the step
+    (`guardrails/step_kl`: the updated policy's KL to the policy before the update; a rollback
+    undoes one step, so it judges what the step did, not the drift a learning run accumulates)."""
     max_rollbacks: int = 3
     """After this many rollbacks the job fails with `diverged`."""
     rollback_lr_factor: float = 0.5

@@ -36,20 +36,26 @@ class Verdict:
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
-def judge_step(kl: float, nonfinite: Sequence[str], cfg: GuardrailConfig) -> Verdict:
-    """Roll back on non-finite numbers or `kl > rollback_kl`; warn on `kl > warn_kl`.
+def judge_step(kl: float, nonfinite: Sequence[str], cfg: GuardrailConfig, *, step_kl: float) -> Verdict:
+    """Roll back on non-finite numbers or `step_kl > rollback_kl`; warn on `kl > warn_kl`.
+
+    A rollback undoes one step, so it judges what the step did (`step_kl`): the drift from the
+    reference (`kl`) accumulates over a run that learns, and past `rollback_kl` every retry would
+    start from a state already at the threshold and trip again until `Diverged`.
 
     Args:
-        kl: the step's KL between the updated policy and the reference (`guardrails/kl`).
+        kl: the updated policy's KL to the reference on the step's samples (`guardrails/kl`).
         nonfinite: what was NaN/inf this step (e.g. `["reward"]`, `["actor", "critic"]`).
+        step_kl: the updated policy's KL to the policy before the update (`guardrails/step_kl`).
     """
-    evidence = {"kl": kl, "warn_kl": cfg.warn_kl, "rollback_kl": cfg.rollback_kl, "nonfinite": list(nonfinite)}
+    evidence = {"kl": kl, "step_kl": step_kl, "warn_kl": cfg.warn_kl, "rollback_kl": cfg.rollback_kl,
+                "nonfinite": list(nonfinite)}
     if nonfinite:
         return Verdict("rollback", f"non-finite {', '.join(nonfinite)}", evidence)
-    if not math.isfinite(kl):
+    if not (math.isfinite(kl) and math.isfinite(step_kl)):
         return Verdict("rollback", "non-finite KL", {**evidence, "nonfinite": ["kl"]})
-    if kl > cfg.rollback_kl:
-        return Verdict("rollback", f"KL {kl:.4f} above rollback_kl {cfg.rollback_kl}", evidence)
+    if step_kl > cfg.rollback_kl:
+        return Verdict("rollback", f"step KL {step_kl:.4f} above rollback_kl {cfg.rollback_kl}", evidence)
     if kl > cfg.warn_kl:
         return Verdict("warn", f"KL {kl:.4f} above warn_kl {cfg.warn_kl}", evidence)
     return Verdict("ok", "", evidence)

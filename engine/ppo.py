@@ -13,20 +13,20 @@ the step watchdog); the generated batch travels from the actor to the other role
 reference. `reporter.should_stop()` is checked between phases; `reporter.should_pause()` between
 steps (the last finished step is checkpointed, then `Paused` is raised).
 
-Guardrails (`config.guardrails`): after every update, `guardrails/kl` (the k3 estimate of
-KL(pi_new || pi_ref) on the step's samples, from one forward of the updated policy after its last
-optimizer step: the update's own forwards all precede a step, so they would judge the policy one
-update late, and a rollback would restore weights that already hold it) above `rollback_kl`, or a
-NaN/inf reward, loss or
-gradient, restores the state at the start of the step (actor, critic, both optimizers and LR
-schedules, KL controller, data position) from an in-memory snapshot, halves the actor LR
+Guardrails (`config.guardrails`): after every update, `guardrails/step_kl` (the k3 estimate of
+KL(pi_new || pi_old) on the step's samples, pi_new from one forward of the updated policy after its
+last optimizer step: the update's own forwards all precede a step, so they would judge the policy
+one update late, and a rollback would restore weights that already hold it) above `rollback_kl`, or
+a NaN/inf reward, loss or gradient, restores the state at the start of the step (actor, critic, both
+optimizers and LR schedules, KL controller, data position) from an in-memory snapshot, halves the actor LR
 (`rollback_lr_factor`), tightens `clip_ratio` to `rollback_clip_ratio`, reports a `rollback`
 warning and retries the step; after `max_rollbacks` rollbacks the next one raises `Diverged`.
-A rolled-back step never reported metrics, so step numbers are never repeated. KL above
-`warn_kl` reports `kl_high`. At the end, `val/overfit_gap` = training reward (mean over the last
-epoch's steps) - `val/reward/mean`, with an `overfit` warning above max(0.05, half the training
-scores' standard deviation). Collapse (`min_entropy` on `actor/entropy`, `min_distinct_ratio` on
-`val/distinct_responses`) warns with decoded samples or rolls back (`collapse_action`);
+A rolled-back step never reported metrics, so step numbers are never repeated. `guardrails/kl`
+(KL(pi_new || pi_ref), the drift a learning run accumulates: a rollback to the start of the step,
+already near it, could only trip again) above `warn_kl` reports `kl_high`. At the end,
+`val/overfit_gap` = training reward (mean over the last epoch's steps) - `val/reward/mean`, with an
+`overfit` warning above max(0.05, half the training scores' standard deviation). Collapse
+(`min_entropy` on `actor/entropy`, `min_distinct_ratio` on `val/distinct_responses`) warns with decoded samples or rolls back (`collapse_action`);
 `rollout/logprob_diff/*` above `max_logprob_diff` warns (`logprob_gap`). With validation data the
 untrained policy is validated first (`trainer.val_before_train`, step 0).
 
@@ -475,10 +475,13 @@ class PPOTrainer:
         mask = adv["loss_mask"]
         if adv["current_kl"] is None:  # on-policy: the update's forwards measured the sampling policy
             adv["current_kl"] = sequence_mean_kl(sampling_log_probs, rollout["ref"], mask, cfg.algorithm.kl_penalty)
-        # The policy the update produced (a rollback returns to the weights before it).
+        # The policy the update produced (a rollback returns to the weights before it): its drift
+        # from the reference, and how far the update itself moved it (what a rollback undoes).
         guard_kl = sequence_mean_kl(new_log_probs, rollout["ref"], mask, "low_var_kl")
+        before = rollout["old"] if rollout["old"] is not None else sampling_log_probs
+        step_kl = sequence_mean_kl(new_log_probs, before, mask, "low_var_kl") if before is not None else 0.0
         nonfinite = [role for role in ("actor", "critic") if any(u["nonfinite"] for u in updates[role])]
-        verdict = judge_step(guard_kl, nonfinite, cfg.guardrails)
+        verdict = judge_step(guard_kl, nonfinite, cfg.guardrails, step_kl=step_kl)
         if verdict.action == "rollback":
             self._rollback(step, verdict, start_state)
             return
@@ -486,6 +489,7 @@ class PPOTrainer:
             self.reporter.warning("kl_high", f"step {step}: {verdict.reason}", {"step": step, **verdict.evidence})
 
         metrics = experience.step_metrics(cfg, rollout, adv, updates, guard_kl=guard_kl, rollbacks=self.rollbacks)
+        metrics["guardrails/step_kl"] = step_kl
         metrics.update(self._logprob_gap(step, rollout, sampling_log_probs, mask))
         if cfg.algorithm.filter_groups.enable:
             metrics["train/num_gen_batches"] = float(gen_batches)

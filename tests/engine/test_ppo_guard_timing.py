@@ -93,3 +93,32 @@ def test_reward_filter_leaves_the_kl_statistics_to_the_rows_kept(demo_assets, ra
     assert values["guardrails/kl"] == pytest.approx(0.0, abs=1e-4)
     assert values["actor/reward_kl_penalty"] == pytest.approx(0.0, abs=1e-4)
     assert not [w for w in reporter.of("warning") if w["code"] == "rollback"]
+
+
+def test_a_run_that_learns_past_rollback_kl_is_warned_not_rolled_back(demo_assets, ray_local, tmp_path):
+    """GRPO at a high LR drifts from the reference step by step while its steps shrink. A guard that
+    rolled back on the drift restored a state already at the threshold, tripped on every retry and
+    ended `Diverged` at step 11 (as GRPO at lr 1e-3 did on the demo at step ~30, issue 28); the
+    rollback judges the step's own KL (`guardrails/step_kl`), the drift warns (`kl_high`)."""
+    def lower_half(response, ground_truth, *, response_ids, **_):
+        return sum(t < 512 for t in response_ids) / max(1, len(response_ids))
+
+    register_reward("test_guard_drift")(lower_half)
+    try:
+        reporter = RecordingReporter()
+        overrides = {"algorithm": {"adv_estimator": "grpo", "use_kl_in_reward": False}, "rollout": {"n": 4},
+                     "actor": {"ppo_mini_batch_size": 4, "optim": {"lr": 3e-3}},
+                     "guardrails": {"warn_kl": 0.15, "rollback_kl": 0.15}}
+        trainer = PPOTrainer(make_request(demo_assets, tmp_path, steps=12, validation=False, overrides=overrides,
+                                          reward={"function": "test_guard_drift"}), reporter)
+        trainer.fit()
+    finally:
+        unregister_reward("test_guard_drift")
+    assert reporter.steps() == list(range(1, 13))
+    drift, step_kl = reporter.series("guardrails/kl"), reporter.series("guardrails/step_kl")
+    assert max(drift[-3:]) > 0.15 and all(k < 0.15 for k in step_kl), (drift, step_kl)
+    assert step_kl[-1] < step_kl[0]
+    codes = [w["code"] for w in reporter.of("warning")]
+    assert "rollback" not in codes and "kl_high" in codes
+    high = [w["data"] for w in reporter.of("warning") if w["code"] == "kl_high"]
+    assert all(w["kl"] > 0.15 and w["step_kl"] < 0.15 for w in high)

@@ -19,13 +19,25 @@ from engine.guardrails import (
 
 def test_judge_step():
     cfg = GuardrailConfig()
-    assert judge_step(0.05, [], cfg).action == "ok"
-    warn = judge_step(0.25, [], cfg)
-    assert warn.action == "warn" and warn.evidence["kl"] == 0.25
-    assert judge_step(0.35, [], cfg).action == "rollback"
-    nan = judge_step(0.0, ["actor"], cfg)
+    assert judge_step(0.05, [], cfg, step_kl=0.05).action == "ok"
+    warn = judge_step(0.25, [], cfg, step_kl=0.01)
+    assert warn.action == "warn" and warn.evidence["kl"] == 0.25 and warn.evidence["step_kl"] == 0.01
+    assert judge_step(0.35, [], cfg, step_kl=0.35).action == "rollback"
+    nan = judge_step(0.0, ["actor"], cfg, step_kl=0.0)
     assert nan.action == "rollback" and nan.evidence["nonfinite"] == ["actor"]
-    assert judge_step(math.nan, [], cfg).action == "rollback"
+    assert judge_step(math.nan, [], cfg, step_kl=0.0).action == "rollback"
+    assert judge_step(0.0, [], cfg, step_kl=math.nan).action == "rollback"
+
+
+def test_judge_step_rolls_back_what_the_step_did_not_the_drift():
+    """A run that learns drifts from the reference step by step: past `rollback_kl` a rollback to
+    the start of the step (already there) could only trip again, until `Diverged` (GRPO at lr 1e-3
+    on the demo, issue 28). The drift warns; the rollback judges the step's own KL."""
+    cfg = GuardrailConfig()
+    drifted = judge_step(0.31, [], cfg, step_kl=0.01)
+    assert drifted.action == "warn" and "0.3100" in drifted.reason
+    jump = judge_step(0.31, [], cfg, step_kl=0.31)
+    assert jump.action == "rollback" and "step KL 0.3100" in jump.reason
 
 
 def test_replay_buffer_keeps_the_newest_and_replays_once():
