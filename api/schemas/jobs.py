@@ -109,8 +109,8 @@ class RewardSpec(Strict):
                   Annotated[str, Field(max_length=MAX_GRADER_CHARS)] | int | float | bool] = (
         Field(default_factory=dict, max_length=32))
     """Keyword options of the rule function (e.g. `{"pattern": "..."}` for `regex`). Strings are at most
-    4096 characters, except `grader` (the `grader` function's grader as JSON: a python grader's source may
-    be 256 KiB)."""
+    4096 characters, except `grader`: the `grader` function's grader object as a JSON string (required by
+    that function; a python grader's source may be 256 KiB)."""
 
     @model_validator(mode="after")
     def _exactly_one(self):

@@ -46,7 +46,13 @@ def _field(doc: dict[str, Any], body: dict[str, Any], param: str) -> dict[str, A
                     node = next((m for m in objects if (m["properties"].get("type") or {}).get("const") == kind),
                                 objects[0])
             if part not in node.get("properties", {}):
-                return None
+                # A free-form map (`reward.options`): its entries are described by the map's description.
+                extra = node.get("additionalProperties")
+                if not isinstance(extra, dict) or not node.get("description"):
+                    return None
+                value = value.get(part) if isinstance(value, dict) else None
+                node = _resolve(doc, extra) | {"description": node["description"]}
+                continue
             field = node["properties"][part]
             value = value.get(part) if isinstance(value, dict) else None
             resolved = _resolve(doc, field)

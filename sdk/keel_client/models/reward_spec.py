@@ -25,8 +25,8 @@ class RewardSpec:
         model (None | str | Unset): A reward model (Keel model id of kind `reward_model`, hub id or directory).
         options (RewardSpecOptions | Unset): Keyword options of the rule function (e.g. `{"pattern": "..."}` for
             `regex`). Strings are at most
-            4096 characters, except `grader` (the `grader` function's grader as JSON: a python grader's source may
-            be 256 KiB).
+            4096 characters, except `grader`: the `grader` function's grader object as a JSON string (required by
+            that function; a python grader's source may be 256 KiB).
     """
 
     function: None | RewardSpecFunctionType0 | Unset = UNSET

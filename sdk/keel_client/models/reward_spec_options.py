@@ -12,8 +12,8 @@ T = TypeVar("T", bound="RewardSpecOptions")
 @_attrs_define
 class RewardSpecOptions:
     """Keyword options of the rule function (e.g. `{"pattern": "..."}` for `regex`). Strings are at most
-    4096 characters, except `grader` (the `grader` function's grader as JSON: a python grader's source may
-    be 256 KiB).
+    4096 characters, except `grader`: the `grader` function's grader object as a JSON string (required by
+    that function; a python grader's source may be 256 KiB).
 
     """
 
