@@ -235,6 +235,13 @@ def ppo_threshold_loss(log_prob: torch.Tensor, sampler_log_prob: torch.Tensor, a
     loss is `-r A` with gradient `-r A` per unit of log-prob (VERL's dual clip would cap it at
     `clip_ratio_c * |A|` with no gradient). Metric `clipfrac`: share of tokens where the clipped
     term was the minimum and differed from the unclipped one (no gradient there).
+
+    Args:
+        log_prob, sampler_log_prob, advantages, mask: `(batch, seq)`, as the section's note says.
+
+    Returns:
+        `(loss, metrics)`: the scalar token sum with grad, and floats `ratio_mean` and `sampler_kl` and
+        `clipfrac`.
     """
     ratio, metrics = _ratio(log_prob, sampler_log_prob, mask)
     unclipped = ratio * advantages
@@ -251,7 +258,14 @@ def cispo_loss(log_prob: torch.Tensor, sampler_log_prob: torch.Tensor, advantage
     """Tinker's `cispo`: `-sum sg(clamp(r, clip_low_threshold, clip_high_threshold)) log_prob A`.
 
     The clipped ratio is a detached coefficient, so no token's gradient is ever zeroed; Tinker's
-    default clips only above (0.0, 4.0)."""
+    default clips only above (0.0, 4.0).
+
+    Args:
+        log_prob, sampler_log_prob, advantages, mask: `(batch, seq)`, as the section's note says.
+
+    Returns:
+        `(loss, metrics)`: the scalar token sum with grad, and floats `ratio_mean` and `sampler_kl`.
+    """
     ratio, metrics = _ratio(log_prob, sampler_log_prob, mask)
     coefficient = torch.clamp(ratio, clip_low_threshold, clip_high_threshold).detach()
     return masked_sum(-coefficient * log_prob * advantages, mask), metrics
@@ -259,7 +273,14 @@ def cispo_loss(log_prob: torch.Tensor, sampler_log_prob: torch.Tensor, advantage
 
 def dro_loss(log_prob: torch.Tensor, sampler_log_prob: torch.Tensor, advantages: torch.Tensor,
              mask: torch.Tensor, beta: float) -> tuple[torch.Tensor, dict[str, float]]:
-    """Tinker's `dro`: `-sum (log_prob A - beta / 2 (log_prob - sampler_log_prob)^2)`."""
+    """Tinker's `dro`: `-sum (log_prob A - beta / 2 (log_prob - sampler_log_prob)^2)`.
+
+    Args:
+        log_prob, sampler_log_prob, advantages, mask: `(batch, seq)`, as the section's note says.
+
+    Returns:
+        `(loss, metrics)`: the scalar token sum with grad, and floats `ratio_mean` and `sampler_kl`.
+    """
     _, metrics = _ratio(log_prob, sampler_log_prob, mask)
     objective = log_prob * advantages - 0.5 * beta * (log_prob - sampler_log_prob) ** 2
     return masked_sum(-objective, mask), metrics

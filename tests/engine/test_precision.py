@@ -94,6 +94,7 @@ def test_bf16_actor_learns_at_the_default_lr(demo_assets):
 
     def run(role):
         batch = _train_batch(role, rollout(role, prompt_ids))
+        batch.pop("policy_version")  # the same rows train three updates: no rollout follows each one
         before = {n: p.detach().clone() for n, p in role.model.named_parameters() if p.requires_grad}
         for _ in range(3):
             assert not role.update_actor(batch, [4])["nonfinite"]

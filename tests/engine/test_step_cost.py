@@ -1,5 +1,5 @@
 """What a PPO update step costs: no dropout in updates, logits at response positions only, entropy
-only when it is a loss term, no extra forward for the guardrail KL, multi-tensor AdamW, snapshots."""
+only when it is a loss term, one forward after the update for the guardrail KL, fused AdamW, snapshots."""
 
 from __future__ import annotations
 
@@ -54,11 +54,13 @@ def test_dropout_is_off_in_updates_so_the_first_ratio_is_one(dropout_model, prom
     assert role.model.training  # train mode otherwise kept
     assert all(m.attention_dropout == 0.0 for m in role.model.modules() if hasattr(m, "attention_dropout"))
     batch = _train_batch(role, rollout(role, prompts[:4]))
+    old = batch["old_log_probs"].clone()
     out = role.update_actor(batch, [4])
     metrics = {k: s / w for k, (s, w) in out["metrics"].items()}
     # Before any step the update's log-probs are the rollout's: ratio 1 exactly.
     assert metrics["actor/ppo_kl"] == 0.0 and metrics["actor/pg_clipfrac"] == 0.0
-    assert torch.equal(out["log_probs"], batch["old_log_probs"])
+    # The guardrail's log-probs come after the step: no longer the rollout's.
+    assert not torch.equal(out["log_probs"], old)
 
 
 def test_disable_dropout_zeroes_modules_and_attention_probabilities(dropout_model):
@@ -87,7 +89,8 @@ def test_lm_head_sees_only_response_positions(demo_assets, prompts):
         handle.remove()
     response_width = int(batch["response_mask"].sum(-1).max())
     sequence_width = int(batch["attention_mask"].sum(-1).max())
-    assert len(seen) == 2 and response_width < sequence_width
+    # compute_log_prob, the update's forward, and the forward after its step (the guardrail's).
+    assert len(seen) == 3 and response_width < sequence_width
     assert all(shape[1] == response_width for shape in seen), seen
 
 
@@ -132,7 +135,7 @@ def test_entropy_only_computed_when_it_is_a_loss_term(demo_assets, prompts, monk
     assert "actor/entropy" in out["metrics"]
 
 
-def test_guardrail_log_probs_come_from_the_last_epoch_without_another_forward(demo_assets, prompts):
+def test_guardrail_log_probs_come_from_one_forward_after_the_last_step(demo_assets, prompts):
     from engine.roles.actor import ActorRollout
 
     role = ActorRollout(config(), demo_assets["model"], total_steps=10)  # 2 epochs x 2 mini-batches
@@ -154,12 +157,15 @@ def test_guardrail_log_probs_come_from_the_last_epoch_without_another_forward(de
         out = role.update_actor(batch, [2, 2])
     finally:
         handle.remove()
-    assert len(forwards) == 4  # ppo_epochs x micro-batches: no pass after the update
-    reused = torch.cat([torch.nn.functional.pad(lp, (0, out["log_probs"].shape[1] - lp.shape[1]))
-                        for lp in captured])
+    assert len(forwards) == 5  # ppo_epochs x micro-batches, then one pass under the updated weights
+    last_epoch = torch.cat([torch.nn.functional.pad(lp, (0, out["log_probs"].shape[1] - lp.shape[1]))
+                            for lp in captured])
     mask = batch["response_mask"].bool()
-    assert torch.equal(out["log_probs"][mask], reused[mask])
-    assert not torch.equal(out["log_probs"], batch["old_log_probs"])
+    # The last epoch's forwards ran before its steps: they are not the policy the update produced.
+    assert not torch.equal(out["log_probs"][mask], last_epoch[mask])
+    batch.pop("policy_version")
+    torch.testing.assert_close(out["log_probs"][mask], role.compute_log_prob(batch)["log_probs"][mask], rtol=0,
+                               atol=1e-6)
 
 
 def test_adamw_is_fused_on_plain_cpu_parameters(demo_assets):
@@ -188,6 +194,7 @@ def test_snapshot_reuses_its_buffers_and_restores_exactly(demo_assets, prompts):
 
     role = ActorRollout(config(), demo_assets["model"], total_steps=10)
     batch = _train_batch(role, rollout(role, prompts[:4]))
+    batch.pop("policy_version")  # the same rows train every update here: no rollout between them
     role.update_actor(batch, [2, 2])  # Adam state exists from here on
     role.snapshot()
     first = {k: v.data_ptr() for k, v in role._snapshot["tensors"].items()}
