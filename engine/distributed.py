@@ -11,6 +11,7 @@ process group), which is what tests and single-worker runs use.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -315,7 +316,10 @@ class WorkerGroup:
         import ray
 
         for worker in self.workers if hasattr(self, "workers") else ():
-            ray.kill(worker, no_restart=True)
+            # A worker whose creation Ray cancelled cannot be killed: that error must not hide the
+            # WorkerLost being handled (start_group builds the group again on that one).
+            with contextlib.suppress(ray.exceptions.RayError):
+                ray.kill(worker, no_restart=True)
         ray.util.remove_placement_group(self._pg)
 
 

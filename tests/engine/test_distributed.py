@@ -47,3 +47,35 @@ def test_a_peers_collective_failure_surfaces_as_worker_lost(monkeypatch):
     assert isinstance(_unwrap_ray_error(err), WorkerLost)
     own = ValueError("bad column")
     assert _unwrap_ray_error(ray.exceptions.RayTaskError("train_step", "traceback", own)) is own
+
+
+def test_a_group_whose_worker_creation_was_cancelled_shuts_down_and_is_built_again(monkeypatch):
+    """Ray refuses to kill an actor whose creation it cancelled; `shutdown` must not let that error
+    replace the WorkerLost it is cleaning up after, which `start_group` answers by building again."""
+    import ray
+
+    from engine import distributed
+
+    removed, builds = [], []
+
+    def refuse(actor, no_restart=True):
+        raise ray.exceptions.RaySystemError("Actor creation cancelled.")
+
+    monkeypatch.setattr(ray, "kill", refuse)
+    monkeypatch.setattr(ray.util, "remove_placement_group", removed.append)
+    monkeypatch.setattr(distributed, "GROUP_RESTART_DELAY_S", 0.0)
+
+    def build():
+        builds.append(1)
+        group = object.__new__(distributed.WorkerGroup)
+        group.workers, group._pg = ["cancelled"], f"pg-{len(builds)}"
+        if len(builds) == 1:
+            try:
+                raise distributed.WorkerLost("The actor never ran - it was cancelled before it started running.")
+            except BaseException:
+                group.shutdown()
+                raise
+        return group
+
+    group = distributed.start_group(build)
+    assert len(builds) == 2 and removed == ["pg-1"] and group._pg == "pg-2"
