@@ -28,8 +28,8 @@ TESTS = ROOT / "tests"
 GROUPS: dict[str, list[str]] = {
     "engine": ["engine", "bench", "core", "cli", "cluster", "embedded"],
     "api": ["api", "security", "fuzz", "sdk", "openai", "test_architecture.py", "test_deployment.py",
-            "test_monitoring_deployment.py"],
-    "workers": ["workers", "faults", "trainers", "storage"],
+            "test_monitoring_deployment.py", "storage"],
+    "workers": ["workers", "faults", "trainers"],
 }
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from typing import Any
@@ -49,8 +50,17 @@ def snapshot() -> list[Node]:
     return [Node(**n) for n in resource_snapshot()]
 
 
-def publish_once() -> list[Node]:
-    """Publish the live capacity now; returns it."""
+def joined() -> bool:
+    """Whether this process is in a Ray cluster now. The publisher asks first: any Ray call after a
+    `ray.shutdown()` would make Ray's auto-init start a fresh local cluster from this thread."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
+
+
+def publish_once() -> list[Node] | None:
+    """Publish the live capacity now; returns it (None: this process is not in a cluster)."""
+    if not joined():
+        return None
     nodes = snapshot()
     with session_factory()() as db:
         try:
@@ -89,7 +99,7 @@ def _until_changed(published: list[Node], limit_s: float = FOLLOW_S) -> None:
     """Ray frees an ended job's share a moment after the job returns: wait (at most `limit_s`) until
     the free capacity differs from what was published, so the next publish carries the freed share."""
     deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline and _free(snapshot()) == _free(published):
+    while time.monotonic() < deadline and joined() and _free(snapshot()) == _free(published):
         time.sleep(0.05)
 
 
