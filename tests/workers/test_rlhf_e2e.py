@@ -18,10 +18,14 @@ outside"): the step-0 validation reward is 0.88 on every seed; at step 30 GAE (l
 from __future__ import annotations
 
 import secrets
-import time
+from functools import partial
 from pathlib import Path
 
 import pytest
+
+from tests.workers.test_pipeline_e2e import _wait as _wait_for
+
+_wait = partial(_wait_for, timeout=900.0)
 
 pytestmark = pytest.mark.slow
 
@@ -48,16 +52,6 @@ def _merge(base: dict, extra: dict) -> dict:
     for key, value in extra.items():
         out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
-
-
-def _wait(client, auth, job_id: str, timeout: float = 900.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = client.get(f"/v1/jobs/{job_id}", headers=auth).json()
-        if job["status"] in ("succeeded", "failed", "cancelled"):
-            return job
-        time.sleep(0.5)
-    raise AssertionError(f"{job_id} still {job['status']} after {timeout} s")
 
 
 def _events(client, auth, job_id: str) -> list[dict]:
