@@ -67,7 +67,7 @@ def _guarded(db: Session, key: str, client: str) -> Caller:
     """The key's caller, looked up only while `client` has failed authentication fewer than
     `KEEL_AUTH_FAILURES_PER_MINUTE` times in the last minute (429 then); a failure counts (401)."""
     limit = settings.AUTH_FAILURES_PER_MINUTE
-    budget = ratelimit.auth_failures.peek(client, limit)
+    budget = ratelimit.auth_failures.check(client, limit, count=False)
     if budget is not None and not budget.allowed:
         raise _too_many_failures(budget)
     caller = identify_remembering(db, key)

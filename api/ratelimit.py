@@ -225,38 +225,21 @@ class RateLimiter:
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState] = weakref.WeakKeyDictionary()
         self._fallback = _Fallback("rate limiter")
 
-    def check(self, key_id: str, per_window: int) -> Budget | None:
+    def check(self, key_id: str, per_window: int, *, count: bool = True) -> Budget | None:
         """Count one request of `key_id` against `per_window` requests per window (a minute); None when
-        rate limiting is off (`per_window` <= 0). One round trip per request: no leased tokens."""
+        rate limiting is off (`per_window` <= 0). One round trip per request: no leased tokens.
+        `count=False` only reads the standing (`allowed`: the next request would be)."""
         if per_window <= 0:
             return None
         item = RateLimitItemPerSecond(per_window, self.window_s)
         if self._script is not None and self._fallback.redis_ok():
             try:
                 self.redis_calls += 1
-                counts = self._script(keys=self._keys(item, key_id), args=[per_window, self.window_s, 1])
-                return self._budget(item, counts)
+                counts = self._script(keys=self._keys(item, key_id), args=[per_window, self.window_s, int(count)])
+                return self._budget(item, counts, count=count)
             except (redis.RedisError, OSError) as exc:
                 self._fallback.failed(exc)
-        return self._hit(self._local, item, key_id)
-
-    def peek(self, key_id: str, per_window: int) -> Budget | None:
-        """`key_id`'s standing against `per_window` without counting a request (`allowed`: the next one
-        would be); None when limiting is off. One round trip, no tokens."""
-        if per_window <= 0:
-            return None
-        item = RateLimitItemPerSecond(per_window, self.window_s)
-        if self._script is not None and self._fallback.redis_ok():
-            try:
-                self.redis_calls += 1
-                counts = self._script(keys=self._keys(item, key_id), args=[per_window, self.window_s, 0])
-                _, remaining, reset_in = self._figures(item, counts)
-                return Budget(remaining > 0, per_window, remaining, max(0, math.ceil(reset_in)))
-            except (redis.RedisError, OSError) as exc:
-                self._fallback.failed(exc)
-        allowed = self._local.test(item, key_id)
-        stats = self._local.get_window_stats(item, key_id)
-        return Budget(allowed, per_window, stats.remaining, max(0, math.ceil(stats.reset_time - time.time())))
+        return self._hit(self._local, item, key_id, count=count)
 
     async def acheck(self, key_id: str, per_window: int) -> Budget | None:
         """`check` on the event loop (an asyncio Redis client of this loop, no thread), served from
@@ -314,9 +297,9 @@ class RateLimiter:
         current = f"{self.prefix}:{{{item.key_for(key_id)}}}"  # `limits`' RedisStorage key layout
         return [f"{current}/-1", current]
 
-    def _budget(self, item: RateLimitItemPerSecond, counts: list[Any]) -> Budget:
+    def _budget(self, item: RateLimitItemPerSecond, counts: list[Any], *, count: bool = True) -> Budget:
         granted, remaining, reset_in = self._figures(item, counts)
-        return Budget(granted > 0, item.amount, remaining, max(0, math.ceil(reset_in)))
+        return Budget((granted if count else remaining) > 0, item.amount, remaining, max(0, math.ceil(reset_in)))
 
     @staticmethod
     def _figures(item: RateLimitItemPerSecond, counts: list[Any]) -> tuple[int, int, float]:
@@ -334,8 +317,9 @@ class RateLimiter:
         return granted, remaining, 0.0 if reset_in == math.inf else reset_in
 
     @staticmethod
-    def _hit(limiter: SlidingWindowCounterRateLimiter, item: RateLimitItemPerSecond, key_id: str) -> Budget:
-        allowed = limiter.hit(item, key_id)
+    def _hit(limiter: SlidingWindowCounterRateLimiter, item: RateLimitItemPerSecond, key_id: str, *,
+             count: bool = True) -> Budget:
+        allowed = (limiter.hit if count else limiter.test)(item, key_id)
         stats = limiter.get_window_stats(item, key_id)
         reset = max(0, math.ceil(stats.reset_time - time.time()))
         return Budget(allowed, item.amount, stats.remaining, reset)
