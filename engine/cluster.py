@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import os
+import sys
 from typing import Any
 
 from engine.errors import EngineError
@@ -30,6 +31,13 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> None:
         # address="local": always a private cluster, never one that happens to run on this machine.
         ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 2, include_dashboard=False,
                  _node_ip_address="127.0.0.1", namespace="keel", log_to_driver=False)
+
+
+def running_ray() -> Any:
+    """The `ray` module when this process is in a Ray cluster, else None. Never imports Ray: a
+    process that has not imported it (the in-process executor) is not in a cluster."""
+    ray = sys.modules.get("ray")
+    return ray if ray is not None and ray.is_initialized() else None
 
 
 @functools.cache

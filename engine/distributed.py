@@ -16,7 +16,6 @@ import functools
 import logging
 import os
 import socket
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -24,7 +23,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from engine.cluster import code_options, connect
+from engine.cluster import code_options, connect, running_ray
 from engine.config import Resources
 from engine.errors import EngineError
 
@@ -88,23 +87,16 @@ def rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
-def _ray_if_running() -> Any:
-    """The `ray` module when this process is in a Ray cluster, else None. Never imports Ray: a
-    process that has not imported it (the in-process executor) is not in a cluster."""
-    ray = sys.modules.get("ray")
-    return ray if ray is not None and ray.is_initialized() else None
-
-
 def node_ip() -> str:
     """This node's address as Ray reports it (the address other nodes reach it on); loopback
     outside Ray."""
-    ray = _ray_if_running()
+    ray = running_ray()
     return ray.util.get_node_ip_address() if ray is not None else "127.0.0.1"
 
 
 def node_identity() -> dict[str, Any]:
     """Where this process runs: Ray node id and IP (None/loopback outside Ray), host name and pid."""
-    ray = _ray_if_running()
+    ray = running_ray()
     return {"node_id": ray.get_runtime_context().get_node_id() if ray is not None else None,
             "node_ip": node_ip(), "hostname": socket.gethostname(), "pid": os.getpid()}
 

@@ -25,11 +25,11 @@ import json
 import logging
 import os
 import platform
-import sys
 import tempfile
 from typing import Any
 
 from engine.artifacts import is_remote
+from engine.cluster import running_ray
 from engine.config import JobRequest, config_to_dict
 
 log = logging.getLogger(__name__)
@@ -108,8 +108,8 @@ def _gpus() -> list[dict[str, Any]]:
 
 def _ray() -> dict[str, Any] | None:
     """The Ray cluster the job runs on (None: the local executor, without Ray)."""
-    ray = sys.modules.get("ray")
-    if ray is None or not ray.is_initialized():
+    ray = running_ray()
+    if ray is None:
         return None
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     kinds = sorted({k.split(":", 1)[1] for n in nodes for k in n.get("Resources", {}) if k.startswith("accelerator_type:")})

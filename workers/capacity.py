@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import sys
 import threading
 import time
 from typing import Any
@@ -53,8 +52,9 @@ def snapshot() -> list[Node]:
 def joined() -> bool:
     """Whether this process is in a Ray cluster now. The publisher asks first: any Ray call after a
     `ray.shutdown()` would make Ray's auto-init start a fresh local cluster from this thread."""
-    ray = sys.modules.get("ray")
-    return ray is not None and ray.is_initialized()
+    from engine.cluster import running_ray
+
+    return running_ray() is not None
 
 
 def publish_once() -> list[Node] | None:
