@@ -16,10 +16,6 @@ import hmac
 import secrets
 from typing import Any
 
-from core.addresses import UnsafeUrl, check_url
-
-__all__ = ["EVENT_TYPES", "SECRET_PREFIX", "UnsafeUrl", "check_url", "new_secret", "sign", "webhook_type"]
-
 SECRET_PREFIX = "whsec_"
 EVENT_TYPES = ("job.succeeded", "job.failed", "job.cancelled", "job.warning", "job.checkpoint", "job.paused")
 

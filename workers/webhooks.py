@@ -36,12 +36,13 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from core import secretbox
+from core.addresses import UnsafeUrl, check_url
 from core.clock import db_now
 from core.config import settings
 from core.db import session_factory
 from core.ids import new_id
 from core.models import EventCursor, Job, JobEvent, Webhook, WebhookDelivery
-from core.webhooks import UnsafeUrl, check_url, sign, webhook_type
+from core.webhooks import sign, webhook_type
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,9 @@ from api.schemas.webhooks import (
     WebhooksPublic,
 )
 from core import secretbox
+from core.addresses import UnsafeUrl, check_url
 from core.models import Webhook, WebhookDelivery
-from core.webhooks import UnsafeUrl, check_url, new_secret
+from core.webhooks import new_secret
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
 
