@@ -2,7 +2,7 @@
 reinforcement jobs, Keel's `/v1/jobs` with `reward.function: grader`) and the process behind OpenAI's
 grader endpoints (api/openai/graders.py).
 
-Graders are validated and run by `python -m engine.graders`, a child process: the API never imports the
+Graders are validated and run by `python -m engine.rewards.graders`, a child process: the API never imports the
 engine (tests/test_architecture.py), and no grader runs inside the API's process (a `python` grader runs
 one level further down, in the engine's sandbox; a `score_model` grader's model loads in the child).
 The API adds what only it knows: whether the deployment allows python graders (`KEEL_ALLOW_PYTHON_GRADERS`)
@@ -32,12 +32,12 @@ from core.models import Model
 
 log = logging.getLogger(__name__)
 _ROOT = Path(__file__).resolve().parents[1]
-_ARGS = (sys.executable, "-m", "engine.graders")
+_ARGS = (sys.executable, "-m", "engine.rewards.graders")
 _ENV = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
 def _command(request: dict[str, Any]) -> tuple[dict[str, Any], float]:
-    """The request for `python -m engine.graders` (the deployment's limits added) and its timeout."""
+    """The request for `python -m engine.rewards.graders` (the deployment's limits added) and its timeout."""
     python = settings.python_grader_limits
     timeout = 60 + (python["wall_s"] * 2 if python else 0) + (120 if request.get("models") else 0)
     # The child's own RLIMIT_CPU is its wall-clock allowance: threads cannot spend more than that either.
@@ -55,7 +55,7 @@ def _answer(code: int | None, stdout: bytes | str, stderr: bytes | str, timeout:
 
 
 def grader_process(request: dict[str, Any]) -> dict[str, Any]:
-    """`python -m engine.graders` on `request`, blocking (validation: no grader code runs). Its whole
+    """`python -m engine.rewards.graders` on `request`, blocking (validation: no grader code runs). Its whole
     process group is stopped on timeout."""
     request, timeout = _command(request)
     with subprocess.Popen(_ARGS, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=_ROOT,

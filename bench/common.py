@@ -37,7 +37,7 @@ def job_resources(threads: int | None, method: str):
     defaults, with `cpus_per_worker: auto` resolved as the service resolves it at job creation
     (`core.capacity.auto_cpus_per_worker`, with this deployment's `KEEL_AUTO_CPUS_PER_WORKER_MAX` and
     `KEEL_MAX_JOB_CPUS`) on a cluster of one idle node: this machine's usable cores. The engine sets
-    torch's thread count from them (`engine.distributed.worker_threads`), as in a job."""
+    torch's thread count from them (`engine.runtime.distributed.worker_threads`), as in a job."""
     import dataclasses
 
     from engine.config import Resources

@@ -34,7 +34,7 @@ Threads (`--threads`, a comma list): `1` gives both sides one torch thread (Keel
 Keel's from the job's default resources, `cpus_per_worker: auto` resolved as the service resolves it
 at job creation for a cluster of one idle node with this machine's usable cores
 (`bench.common.job_resources`: every core, up to `KEEL_AUTO_CPUS_PER_WORKER_MAX`, 16; then
-`engine.distributed.worker_threads`), TRL's torch's default (one per core).
+`engine.runtime.distributed.worker_threads`), TRL's torch's default (one per core).
 
 Each round runs every workload on both sides, Keel first in even rounds and TRL first in odd ones,
 each in a fresh subprocess at the same dtype and gradient-checkpointing setting. The ratio Keel/TRL

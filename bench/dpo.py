@@ -1,4 +1,4 @@
-"""DPO training throughput (pairs/s), through `engine.dpo.run_dpo` in this process.
+"""DPO training throughput (pairs/s), through `engine.methods.dpo.run_dpo` in this process.
 
     python -m bench.dpo [--model DIR] [--data FILE] [--longtail] [--wide] [--batch-size 16]
         [--max-length 256] [--steps 40] [--dtype float32|bfloat16] [--threads N] [--no-mfu] --json
@@ -24,7 +24,7 @@ CPU time, `bench.reward_model.CPUClockReporter`), then reads the per-step metric
 Defaults: the demo policy and the demo pairs; --longtail: `bench.datasets`' long-tail pairs
 (responses 10..400 tokens); --wide: the wide Llama (28M) instead of the demo one.
 Threads: --threads N gives the job N CPUs per worker (the engine sets torch's threads from that,
-`engine.distributed.worker_threads`); without it the job's default resources decide, as in a job
+`engine.runtime.distributed.worker_threads`); without it the job's default resources decide, as in a job
 (`cpus_per_worker: auto`, resolved as the service would on this machine: `bench.common.job_resources`).
 """
 
@@ -112,8 +112,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--json", action="store_true", help="print one JSON line")
     args = p.parse_args(argv)
 
-    from engine.distributed import worker_threads
-    from engine.dpo import run_dpo
+    from engine.methods.dpo import run_dpo
+    from engine.runtime.distributed import worker_threads
 
     threads = set_threads(worker_threads(job_resources(args.threads, "dpo")))
     model, data, val_data = preference_inputs(args)

@@ -7,7 +7,7 @@ Made for a bare GPU machine: it needs torch, transformers, peft, safetensors, nu
 which transformers brings) and nothing else: no Ray, no service, no network. Every asset is built
 here from fixed seeds: a byte-level BPE tokenizer padded to Qwen2's 151,936 ids, a randomly
 initialised Qwen2 model of Qwen2-0.5B's shape, and synthetic JSON Lines data with long-tailed
-lengths. Each phase runs through the engine's entry point (`engine.jobs.run_job`) with
+lengths. Each phase runs through the engine's entry point (`engine.runtime.jobs.run_job`) with
 `resources.executor: local`, in this process, in bf16 with the knobs in `KNOBS`.
 
 Figures (the JSON line):
@@ -279,8 +279,8 @@ def run_phase(method: str, sizes: Sizes, model_path: str, data_file: str, work: 
     """Run one job in-process; returns (per-step metrics, output directory, last checkpoint directory,
     peak memory GiB)."""
     from engine.config import METHOD_CONFIGS, JobRequest, Resources, build_config
-    from engine.jobs import run_job
-    from engine.reporting import RecordingReporter
+    from engine.runtime.jobs import run_job
+    from engine.runtime.reporting import RecordingReporter
 
     config = build_config(METHOD_CONFIGS[method], nested(phase_config(method, sizes)))
     request = JobRequest(job_id=f"gpu-check-{method}", method=method, config=config, model_path=model_path,

@@ -3,7 +3,7 @@ training runs on CPU.
 
     python -m bench.memory_plan [--cases sft-demo,ppo-wide,...] [--steps 2] [--threads 1] --json
 
-Each case runs the real method (`engine.jobs.run_local`, the in-process executor: SFT, the
+Each case runs the real method (`engine.runtime.jobs.run_local`, the in-process executor: SFT, the
 Bradley-Terry reward model, PPO with its four roles in one process) for a few steps in a fresh
 subprocess, on the demo model or the wide model (`bench.datasets.WIDE_SHAPE`). The data is
 synthetic and long enough that every sequence is cut to the configured maximum, so the
@@ -118,13 +118,9 @@ def measure(case: str, steps: int, threads: int) -> dict:
     torch.set_num_threads(threads)
     from transformers import LlamaForCausalLM, LlamaForSequenceClassification  # noqa: F401
 
-    import engine.ppo
-    import engine.reward_model
-    import engine.roles.local
-    import engine.sft  # noqa: F401 - everything the run imports, before the baseline
     from engine.config import METHOD_CONFIGS, JobRequest, Resources, build_config
-    from engine.jobs import run_local
-    from engine.reporting import RecordingReporter
+    from engine.runtime.jobs import run_local
+    from engine.runtime.reporting import RecordingReporter
 
     method, hp = job_spec(case, steps)
     directory = model_dir(CASES[case]["model"])
@@ -137,7 +133,7 @@ def measure(case: str, steps: int, threads: int) -> dict:
                          output_dir=str(work / "out"), checkpoint_dir=str(work / "ckpt"),
                          reward={"model_path": directory} if method == "ppo" else {},
                          resources=Resources(num_workers=1, cpus_per_worker=float(threads), executor="local"))
-    # engine.distributed.node_identity imports Ray (when installed) even in the local executor: an
+    # engine.runtime.distributed.node_identity imports Ray (when installed) even in the local executor: an
     # import, not training memory, so it happens before the baseline too.
     with contextlib.suppress(ImportError):
         import ray  # noqa: F401

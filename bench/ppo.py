@@ -1,4 +1,4 @@
-"""PPO iteration throughput (generation, scoring, updates), through `engine.ppo.run_ppo` on a local Ray.
+"""PPO iteration throughput (generation, scoring, updates), through `engine.methods.ppo.run_ppo` on a local Ray.
 
     python -m bench.ppo [--model DIR] [--reward-model DIR] [--prompts FILE] [--batch 16]
         [--response-length 32] [--steps 5] [--epochs 1] [--dtype float32|bfloat16] [--threads N] --json
@@ -58,7 +58,7 @@ from bench.common import (
     tree_cpu_seconds,
     usable_cores,
 )
-from engine.reporting import RecordingReporter
+from engine.runtime.reporting import RecordingReporter
 
 TIMING_NOTE = "mean over steps 2..N of timing_s/*; excludes Ray start-up, loading, step 1, final checkpoint/save"
 
@@ -75,7 +75,7 @@ def build_request(model: str, reward_model: str | None, prompts: str, work: str,
     for this machine as the service would (`bench.common.job_resources`; the engine picks the thread
     count from `resources.cpus_per_worker`, as for any job). `adv_estimator` `grpo`: no critic, the
     KL to the reference as a loss term (`actor.use_kl_loss`, k3) instead of in the reward, as GRPO
-    runs; `reward_function` names a rule reward (`engine.rewards`) instead of `reward_model`."""
+    runs; `reward_function` names a rule reward (`engine.rewards.rules`) instead of `reward_model`."""
     from engine.config import JobRequest, PPOConfig, build_config
 
     algorithm: dict = {"adv_estimator": adv_estimator}
@@ -106,7 +106,7 @@ def start_private_ray(cpus: int) -> None:
     `ray.init()` joins whatever cluster `ray start` left in /tmp/ray, and its CPUs are not ours."""
     import ray
 
-    # As engine.cluster.connect does: no non-loopback address, no usage reporting.
+    # As engine.runtime.cluster.connect does: no non-loopback address, no usage reporting.
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(address="local", num_cpus=cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
@@ -140,7 +140,7 @@ def iteration_flops(metrics: dict, samples: int, *, policy: int, critic: int | N
     """Model FLOPs of one PPO iteration from its metrics (see the module docstring). `policy`,
     `critic`, `reward`: matmul parameters of each role's model (None: the role does not run).
     `prompts`: count each of that many distinct prompts once in the policy's passes (what Keel
-    executes when the samples of a prompt share it: `engine.decode`'s prefill, `engine.prefix`)
+    executes when the samples of a prompt share it: `engine.rollout.decode`'s prefill, `engine.rollout.prefix`)
     instead of once per sample."""
     tokens = samples * (metrics["prompt_length/mean"] + metrics["response_length/mean"])
     policy_tokens = tokens if prompts is None else (prompts * metrics["prompt_length/mean"]
@@ -203,7 +203,7 @@ def step_cost(model: str, prompts: str, *, batch: int, response_length: int, pro
     from engine.models import load_tokenizer
     from engine.roles.actor import ActorRollout
     from engine.roles.critic import Critic
-    from engine.rollout import row_seed
+    from engine.rollout.backends import row_seed
 
     cfg = build_request(model, model, prompts, "/nonexistent", batch=batch, response_length=response_length,
                         prompt_length=prompt_length, steps=repeat + 1, epochs=epochs, dtype=dtype,
@@ -318,8 +318,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     import ray
 
-    from engine.distributed import worker_threads
-    from engine.ppo import run_ppo
+    from engine.methods.ppo import run_ppo
+    from engine.runtime.distributed import worker_threads
 
     load_avg = load_average()
     cores = threads or usable_cores()

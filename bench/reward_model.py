@@ -5,7 +5,7 @@
         [--longtail] [--gradient-checkpointing] [--max-tokens 3072] [--peak-gflops X]
         [--no-remove-padding] [--packing-compare --rounds 3] --json
 
-Runs `engine.reward_model.run_reward_model` in this process (one worker, as a single-worker job
+Runs `engine.methods.reward_model.run_reward_model` in this process (one worker, as a single-worker job
 runs) with a `RecordingReporter`, then reads the per-step metrics it reported:
 
 - timing: the sum of `timing_s/step` over steps 2..N. Model loading, tokenization, the first step
@@ -51,7 +51,7 @@ from bench.common import (
     spread,
 )
 from bench.datasets import preference_inputs
-from engine.reporting import RecordingReporter
+from engine.runtime.reporting import RecordingReporter
 
 TIMING_NOTE = "sum of timing_s/step over steps 2..N; excludes loading, tokenization, step 1, validation, save"
 
@@ -119,7 +119,7 @@ def summarise(reporter, batch_size: int, threads: int) -> dict:
 def run_once(model: str, data: str, val_data: str | None, args: argparse.Namespace, threads: int, *,
              remove_padding: bool) -> tuple[dict, float]:
     """One training run in this process: (`summarise` of its steps, wall seconds)."""
-    from engine.reward_model import run_reward_model
+    from engine.methods.reward_model import run_reward_model
 
     with tempfile.TemporaryDirectory(prefix="keel-bench-rm-") as work:
         request = build_request(model, data, val_data, work, batch_size=args.batch_size,
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--json", action="store_true", help="print one JSON line")
     args = p.parse_args(argv)
 
-    from engine.distributed import worker_threads
+    from engine.runtime.distributed import worker_threads
 
     # What the job's worker will use (--threads, else a job's default resources); the GEMM peak too.
     threads = set_threads(worker_threads(job_resources(args.threads, "reward_model")))

@@ -1,4 +1,4 @@
-"""Model state held per data-parallel worker, ddp vs fsdp2 (`engine.sharding`).
+"""Model state held per data-parallel worker, ddp vs fsdp2 (`engine.runtime.sharding`).
 
     python -m bench.sharding [--workers 1 2] [--models demo wide] --json
 
@@ -21,8 +21,9 @@ def _worker(rank: int, world: int, port: int, model_dir: str, strategy: str, que
     import torch
     import torch.distributed as dist
 
-    from engine import models, sharding
+    from engine import models
     from engine.config import FSDPConfig, ModelConfig, OptimConfig
+    from engine.runtime import sharding
     from engine.schedule import build_optimizer
 
     torch.set_num_threads(1)

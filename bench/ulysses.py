@@ -5,7 +5,7 @@
 
 Each run is a fresh process per worker: it loads the model, runs one small warm-up step, takes its
 resident set size as the baseline and resets the kernel's high-water mark (`/proc/self/clear_refs`,
-5), then runs the SFT loss (`engine.sft.sft_loss_sum`) forward and backward over the row; growth =
+5), then runs the SFT loss (`engine.methods.sft.sft_loss_sum`) forward and backward over the row; growth =
 `VmHWM` - baseline. Linux only. Reported: median, min and max over the repeats of the SP=2 workers'
 growth over SP=1's.
 """
@@ -29,9 +29,10 @@ def _run(rank: int, world: int, port: int, model: str, tokens: int, queue) -> No
     import torch
     import torch.distributed as dist
 
-    from engine import models, ulysses
+    from engine import models
     from engine.config import ModelConfig
-    from engine.sft import sft_loss_sum
+    from engine.methods.sft import sft_loss_sum
+    from engine.runtime import ulysses
 
     torch.set_num_threads(1)
     if world > 1:

@@ -5,11 +5,11 @@ One place for the arithmetic both the API (admission at create time) and the wor
 and the sweeper) use; no torch, no ray. It mirrors how the engine reserves resources:
 
 - SFT, reward model and distillation with one worker train inside the job's controller actor, which
-  then holds that worker's CPUs and GPUs (`engine.jobs.controller_resources`);
+  then holds that worker's CPUs and GPUs (`engine.runtime.jobs.controller_resources`);
 - with several workers they run in one placement group of `num_workers` bundles;
 - PPO colocated, and eval (always colocated): one placement group of `num_workers` bundles, hosting
   every role;
-- PPO not colocated: one placement group per role (`engine.ppo.PPOTrainer._start_roles`): actor,
+- PPO not colocated: one placement group per role (`engine.methods.ppo.PPOTrainer._start_roles`): actor,
   critic (GAE only), reference (not with LoRA: the actor serves it), reward (`num_workers` bundles
   for a reward model, one CPU-only bundle for a rule function).
 
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 STALE_S = 60.0
 """Capacity rows older than this (database clock) are ignored: no worker is watching the cluster."""
 IN_CONTROLLER = frozenset({"sft", "reward_model", "rm_distill", "dpo"})
-"""Methods that train inside the controller actor when `num_workers == 1` (as `engine.jobs`)."""
+"""Methods that train inside the controller actor when `num_workers == 1` (as `engine.runtime.jobs`)."""
 STRATEGIES = {"pack": "PACK", "spread": "SPREAD", "strict_spread": "STRICT_SPREAD"}
 _EPS = 1e-9
 

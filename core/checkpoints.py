@@ -1,7 +1,7 @@
 """Checkpoint and model directories in the artifact store, as the API and the workers see them (no
 torch): where a checkpoint's Hugging Face export is, retention, and removal.
 
-A checkpoint directory (`engine.checkpoint`) holds the training state and, in `hf/`, the model as a
+A checkpoint directory (`engine.runtime.checkpoint`) holds the training state and, in `hf/`, the model as a
 Hugging Face directory; a PPO checkpoint holds one such part per role (`actor/`, `critic/`). A
 directory is recorded by location: an absolute path, a URL of a remote store, or a key.
 """
@@ -26,7 +26,7 @@ from core.storage import COMPLETE_MARKER, Storage, get_storage, is_url
 log = logging.getLogger(__name__)
 
 HF_EXPORT = "hf"
-"""`engine.checkpoint.HF_EXPORT` (core never imports the engine)."""
+"""`engine.runtime.checkpoint.HF_EXPORT` (core never imports the engine)."""
 ROLES = ("actor", "critic")
 """Parts of a PPO checkpoint; a supervised checkpoint's model counts as the actor."""
 

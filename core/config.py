@@ -120,7 +120,7 @@ class Settings(BaseSettings):
     MAX_GRADER_RUNS: int = Field(default=16, ge=0)
     """`graders/run` calls running at once in the whole deployment (0 = no cap); 429 `too_many_grader_runs`."""
     GRADER_MEMORY_MB: int = Field(default=8192, ge=64)
-    """Address space of the process a `graders/run` evaluates in (`python -m engine.graders`; score models
+    """Address space of the process a `graders/run` evaluates in (`python -m engine.rewards.graders`; score models
     load there: raise it for big ones). Beyond, the call is a 400 `grader_resources_exceeded`."""
     MLFLOW_TRACKING_URI_PREFIXES: list[str] = Field(default_factory=list)
     """MLflow tracking URIs jobs may name besides http(s) ones on public addresses, as prefixes (JSON list,
@@ -164,7 +164,7 @@ class Settings(BaseSettings):
 
     @property
     def python_grader_limits(self) -> dict[str, float] | None:
-        """What the engine gets for python graders (`engine.grading.sandbox.Limits`); None: disabled."""
+        """What the engine gets for python graders (`engine.rewards.sandbox.Limits`); None: disabled."""
         if not self.ALLOW_PYTHON_GRADERS:
             return None
         return {"cpu_s": self.PYTHON_GRADER_CPU_S, "wall_s": self.PYTHON_GRADER_TIMEOUT_S,

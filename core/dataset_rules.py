@@ -21,7 +21,7 @@ OUTPUT_COLUMNS: dict[str, tuple[str, ...]] = {
                      "response_length", "score", "compare_response", "compare_response_length", "compare_score",
                      "outcome"),
 }
-"""The columns of each output purpose, in order (engine/evaluate.py writes them; `compare_*` and
+"""The columns of each output purpose, in order (engine/methods/evaluate.py writes them; `compare_*` and
 `outcome` only for an evaluation with `compare_to`)."""
 OUTPUT_COLUMNS["fine-tune-results"] = ("step", "train_loss", "train_accuracy", "valid_loss",
                                        "valid_mean_token_accuracy")

@@ -403,7 +403,7 @@ def training_activations(arch: Architecture, k: Knobs, tokens: float, head: str,
                          sp: int = 1) -> float:
     """Peak activation bytes of one forward + backward over `tokens` tokens of sequences of `seq`;
     with Ulysses sequence parallelism over `sp` workers the decoder layers and the LM head's logits
-    hold `tokens / sp` each, the gathered hidden states all of them (`engine.ulysses.head_outputs`)."""
+    hold `tokens / sp` each, the gathered hidden states all of them (`engine.runtime.ulysses.head_outputs`)."""
     c = DTYPE_BYTES.get(k.dtype, FP32)
     h, v = arch.hidden_size, arch.vocab_size
     layer = layer_bytes_per_token(arch, c, k.lora_rank) + padded_attention_bytes(arch, k, seq)
@@ -636,7 +636,7 @@ def _eval_roles(hp: Mapping[str, Any], workers: int, arch: Architecture, compare
         if model is not None:
             roles[name] = frozen_weights(model, dtype, "lm")
             roles[name].activations = generation_activations(model, dtype, rows, prompt, response)
-    if reward is not None:  # `engine.evaluate` scores with a budget of max(3072, one row) tokens
+    if reward is not None:  # `engine.methods.evaluate` scores with a budget of max(3072, one row) tokens
         seq = prompt + response
         tokens = micro_tokens(rows=rows, seq=seq, per_row=1, dynamic=True, budget=max(3072, seq), size=2)
         roles["reward"] = frozen_weights(reward, dtype, "score")

@@ -4,7 +4,7 @@ the same path on every Ray node), or a remote fsspec URL (`s3://bucket/prefix`, 
 
 Objects are addressed by key (`files/<project>/<id>`, `jobs/<job>/checkpoints/step_3`). Jobs get
 *locations*: the absolute path of a key in a local store, its URL (`s3://...`) in a remote one; the
-engine stages and uploads them itself (`engine.artifacts`), and checkpoints and models are recorded
+engine stages and uploads them itself (`engine.runtime.artifacts`), and checkpoints and models are recorded
 by location. Writes are never half-visible under their real key: a local write goes to a temporary
 name renamed into place; an object store publishes an object only when its upload completes, so a
 remote write goes straight to its key and an aborted one is discarded.
@@ -26,7 +26,7 @@ import fsspec
 from core.config import settings
 
 COMPLETE_MARKER = "COMPLETE"
-"""Written last into a checkpoint directory (`engine.checkpoint`); without it a directory is ignored."""
+"""Written last into a checkpoint directory (`engine.runtime.checkpoint`); without it a directory is ignored."""
 _OBJECT_STORES = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "r2"}
 """Protocols whose uploads become visible whole, at completion (so no temporary name is needed)."""
 

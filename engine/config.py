@@ -742,7 +742,7 @@ class Resources:
 class JobRequest:
     """Everything a method needs to run. Artifact references (model, files, output, checkpoints,
     resume) are local paths of a store mounted on every node, or URLs of a remote store that each
-    process stages or uploads itself (`engine.artifacts`); hub ids pass through."""
+    process stages or uploads itself (`engine.runtime.artifacts`); hub ids pass through."""
 
     job_id: str
     method: str
@@ -768,7 +768,7 @@ class JobRequest:
     time_used_s: float = 0.0
     """Seconds the job already ran before this attempt (`trainer.max_duration_s` counts them)."""
     storage_options: dict[str, Any] = field(default_factory=dict)
-    """fsspec options (endpoint, credentials) of the store behind any URL above (`engine.artifacts`)."""
+    """fsspec options (endpoint, credentials) of the store behind any URL above (`engine.runtime.artifacts`)."""
     artifact_cache_dir: str | None = None
     """Node-local directory where remote artifacts are staged (None: `<system temp>/keel-artifacts`)."""
 

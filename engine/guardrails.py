@@ -2,7 +2,7 @@
 rewards (PF-PPO), compare validation with training reward (overfitting) and notice generations
 collapsing (low entropy, the same response to every prompt, one repeated token).
 
-Pure functions and small containers; `engine.ppo` acts on what they decide (rollback, warnings,
+Pure functions and small containers; `engine.methods.ppo` acts on what they decide (rollback, warnings,
 `Diverged`).
 """
 

@@ -32,7 +32,7 @@ from torch import nn
 from engine import packing
 from engine.config import ModelConfig
 from engine.errors import ConfigError, ModelNotAllowed
-from engine.precision import COMPUTE_DTYPES
+from engine.runtime.precision import COMPUTE_DTYPES
 
 DTYPES = COMPUTE_DTYPES
 MODEL_MARKERS = ("config.json", "adapter_config.json")
@@ -249,7 +249,7 @@ def _checked_paths(path: str, cfg: ModelConfig, roots: Sequence[str] | None) -> 
 
 
 def _load_dtype(cfg: ModelConfig, adapter: str | None, trainable: bool) -> torch.dtype:
-    """Weights a full fine-tune trains are float32 masters (`engine.precision`); a frozen model,
+    """Weights a full fine-tune trains are float32 masters (`engine.runtime.precision`); a frozen model,
     or the frozen base under LoRA adapters, is held in the compute dtype."""
     if trainable and not (adapter or cfg.lora_rank):
         return torch.float32

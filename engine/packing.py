@@ -36,7 +36,7 @@ from torch import nn
 IMPLEMENTATION = "keel_varlen"
 """The attention implementation name registered with transformers."""
 PACKED_IMPLEMENTATIONS = frozenset({IMPLEMENTATION, "keel_ulysses"})
-"""Implementations that run packed rows (`engine.ulysses` shards them over several workers)."""
+"""Implementations that run packed rows (`engine.runtime.ulysses` shards them over several workers)."""
 
 
 # --- packing and unpacking ---------------------------------------------------------------------------

@@ -13,17 +13,17 @@ from packaging.version import Version
 
 # API the engine uses -> (module, attribute, the first release that has it there).
 TORCH_APIS = {
-    "fully_shard and its policies, public (engine/sharding.py)": ("torch.distributed.fsdp", "fully_shard", "2.6"),
-    "FSDPModule (engine/sharding.py)": ("torch.distributed.fsdp", "FSDPModule", "2.6"),
-    "CPUOffloadPolicy (engine/sharding.py)": ("torch.distributed.fsdp", "CPUOffloadPolicy", "2.6"),
-    "DTensor, public (engine/sharding.py, engine/schedule.py)": ("torch.distributed.tensor", "DTensor", "2.5"),
-    "torch.amp.GradScaler(device) (engine/precision.py)": ("torch.amp", "GradScaler", "2.3"),
+    "fully_shard and its policies, public (engine/runtime/sharding.py)": ("torch.distributed.fsdp", "fully_shard", "2.6"),
+    "FSDPModule (engine/runtime/sharding.py)": ("torch.distributed.fsdp", "FSDPModule", "2.6"),
+    "CPUOffloadPolicy (engine/runtime/sharding.py)": ("torch.distributed.fsdp", "CPUOffloadPolicy", "2.6"),
+    "DTensor, public (engine/runtime/sharding.py, engine/schedule.py)": ("torch.distributed.tensor", "DTensor", "2.5"),
+    "torch.amp.GradScaler(device) (engine/runtime/precision.py)": ("torch.amp", "GradScaler", "2.3"),
     # varlen_attn arrived in 2.9 (is_causal only); window_size in 2.10; enable_gqa is in 2.12's docs.
     "varlen_attn(window_size=, enable_gqa=) (engine/packing.py)": ("torch.nn.attention.varlen", "varlen_attn", "2.12"),
 }
 TRANSFORMERS_APIS = {
     "from_pretrained(dtype=) (engine/models.py)": ("transformers", "PreTrainedModel", "4.56"),
-    "masking_utils.AttentionMaskInterface (engine/packing.py, engine/ulysses.py)":
+    "masking_utils.AttentionMaskInterface (engine/packing.py, engine/runtime/ulysses.py)":
         ("transformers.masking_utils", "AttentionMaskInterface", "4.53"),
     "AttentionInterface (engine/packing.py)": ("transformers", "AttentionInterface", "4.48"),
 }

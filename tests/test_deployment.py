@@ -256,7 +256,7 @@ from keel_cli.main import app as keel
 from keel_cli.server import _worker_argv  # `keel worker` execs: celery -A workers.celery_app worker
 assert "workers.celery_app" in _worker_argv(1, "INFO")
 import ray  # what job actors import on every Ray node running this image
-from engine.jobs import ENTRY_POINTS, entry_point
+from engine.runtime.jobs import ENTRY_POINTS, entry_point
 for method in ENTRY_POINTS:
     entry_point(method)  # each method's module, with torch, transformers and peft under it
 """

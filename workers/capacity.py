@@ -44,7 +44,7 @@ def source() -> str:
 
 
 def snapshot() -> list[Node]:
-    from engine.cluster import resource_snapshot
+    from engine.runtime.cluster import resource_snapshot
 
     return [Node(**n) for n in resource_snapshot()]
 
@@ -52,7 +52,7 @@ def snapshot() -> list[Node]:
 def joined() -> bool:
     """Whether this process is in a Ray cluster now. The publisher asks first: any Ray call after a
     `ray.shutdown()` would make Ray's auto-init start a fresh local cluster from this thread."""
-    from engine.cluster import running_ray
+    from engine.runtime.cluster import running_ray
 
     return running_ray() is not None
 
@@ -125,7 +125,7 @@ def publish_soon() -> None:
 
 def claim_check(job_id: str, spec: dict[str, Any]) -> Admission:
     """The job's demand against the deployment caps and Ray's free capacity right now."""
-    from engine.jobs import controller_alive
+    from engine.runtime.jobs import controller_alive
 
     if controller_alive(job_id):  # a leftover of this job: run_job kills it and reuses its share
         return Admission("ok")

@@ -1,4 +1,4 @@
-"""A job's manifest: the node's part (`engine.manifest.collect`) joined with what only the service
+"""A job's manifest: the node's part (`engine.runtime.manifest.collect`) joined with what only the service
 knows, stored on the job row (`job.manifest`, the source of truth; `GET /v1/jobs/{id}/manifest`).
 
 The service's part names everything by id: the datasets with the sha256 recorded at upload, the

@@ -156,7 +156,7 @@ def transition(job_id: str, to_status: str, *, expect: Sequence[str], where: Ite
 
 
 class DBReporter:
-    """`engine.reporting.Reporter` that writes the job's event log, progress and checkpoints.
+    """`engine.runtime.reporting.Reporter` that writes the job's event log, progress and checkpoints.
 
     Picklable: it holds the job id, the database URL (and Redis URL for live fan-out) and opens its
     own connections lazily in whichever process it lands in (the Celery task, the Ray controller).
@@ -385,7 +385,7 @@ def _landed(db: Session, job_id: str, seq: int, kind: str, data: dict[str, Any])
 
 
 def _tree_bytes(path: str, storage_options: Mapping[str, Any] | None = None) -> int:
-    if "://" in path and not path.startswith("file://"):  # a remote store (`engine.artifacts`)
+    if "://" in path and not path.startswith("file://"):  # a remote store (`engine.runtime.artifacts`)
         import fsspec
 
         try:

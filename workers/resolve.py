@@ -1,6 +1,6 @@
 """Turn a job row into the engine's `JobRequest`: every reference becomes a location the engine can
 read from any Ray node: a path in a local artifact store (mounted on every node), or a URL of a
-remote one (the engine stages and uploads those itself, `engine.artifacts`).
+remote one (the engine stages and uploads those itself, `engine.runtime.artifacts`).
 
 - model refs: a Keel model id -> that model's recorded location; a checkpoint id -> its Hugging Face
   export (`core.checkpoints`); an absolute directory -> itself,
@@ -34,7 +34,7 @@ from core.models import Checkpoint, File, Job, Model
 from core.storage import COMPLETE_MARKER, get_storage, is_url
 from engine.config import METHOD_CONFIGS, JobRequest, Resources, build_config
 from engine.errors import ConfigError, EngineError, ModelNotAllowed
-from engine.grading.spec import model_refs
+from engine.rewards.grader_spec import model_refs
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 

@@ -1,4 +1,4 @@
-"""Celery tasks: thin adapters over `engine.jobs.run_job`.
+"""Celery tasks: thin adapters over `engine.runtime.jobs.run_job`.
 
 `keel.run_job(job_id)` joins Ray (once per process), re-reads the job and asserts the world before
 doing anything (a redelivered or duplicated message is a no-op), claims it (`queued` -> `running`,
@@ -36,10 +36,10 @@ from core.db import get_engine, session_factory
 from core.events import append_event, publish
 from core.ids import new_id
 from core.models import File, Job, Model, Project, utcnow
-from engine import jobs
-from engine.cluster import connect
 from engine.config import JobResult
 from engine.errors import Cancelled, EngineError, Paused
+from engine.runtime import jobs
+from engine.runtime.cluster import connect
 from workers import metrics as worker_metrics
 from workers.capacity import claim_check, publish_soon, start_publisher
 from workers.celery_app import celery_app

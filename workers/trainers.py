@@ -41,9 +41,9 @@ from core.config import settings
 from core.db import session_factory
 from core.models import Model, Trainer, TrainerOperation
 from core.storage import get_storage
-from engine.cluster import connect
 from engine.errors import EngineError
 from engine.interactive import SessionSpec, release_session, run_operation, session_alive, validate_payload
+from engine.runtime.cluster import connect
 from workers import dispatch
 from workers.capacity import start_publisher
 from workers.celery_app import celery_app

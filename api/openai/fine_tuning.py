@@ -61,7 +61,7 @@ BASE_LR = {"supervised": 1e-5, "dpo": 1e-6, "reinforcement": 1e-6}
 DEFAULT_EPOCHS = {"supervised": 3, "dpo": 3, "reinforcement": 1}
 DEFAULT_BATCH = 8
 HOLDOUT_FRACTION = 0.1
-"""engine.trainer.HOLDOUT_FRACTION (the API cannot import the engine; a test keeps them equal): the share
+"""engine.methods.supervised.HOLDOUT_FRACTION (the API cannot import the engine; a test keeps them equal): the share
 of the training rows a supervised or DPO job without a validation file holds out."""
 DEFAULT_BETA = 0.1
 _STATUS = {"queued": "queued", "running": "running", "succeeded": "succeeded", "failed": "failed",
@@ -140,7 +140,7 @@ def _lengths(db: Session, model: str, method: str) -> dict[str, Any]:
 
 def trained_rows(rows: int, kind: str, validation: bool) -> int:
     """Rows an epoch trains on: without a validation file, supervised and DPO jobs hold out
-    `HOLDOUT_FRACTION` of them (at least one, from two rows), as `engine.trainer.split_rows` does."""
+    `HOLDOUT_FRACTION` of them (at least one, from two rows), as `engine.methods.supervised.split_rows` does."""
     if validation or kind == "reinforcement" or rows < 2:
         return rows
     return rows - max(1, int(rows * HOLDOUT_FRACTION))

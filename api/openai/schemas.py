@@ -52,7 +52,7 @@ class DpoSpec(_Strict):
 class ReinforcementSpec(_Strict):
     grader: dict[str, Any]
     """An OpenAI grader object (string_check, text_similarity, multi, score_model, or python when the deployment
-    allows it); checked by engine/graders.py (docs/openai.md#graders)."""
+    allows it); checked by engine/rewards/graders.py (docs/openai.md#graders)."""
     hyperparameters: ReinforcementHyperparameters = Field(default_factory=ReinforcementHyperparameters)
     response_format: dict[str, Any] | None = None
 

@@ -31,7 +31,7 @@ EventType = Literal["job.status", "job.metrics", "job.checkpoint", "job.log", "j
 MAX_GRADER_CHARS = 512 * 1024
 """A grader as JSON (`options.grader`, OpenAI's `method.reinforcement.grader`): room for a 256 KiB python source."""
 RewardFunction = Literal["gsm8k", "exact_match", "regex", "length_penalty", "data_source", "grader"]
-"""`grader`: an OpenAI grader, JSON in `options.grader` (engine/graders.py; docs/openai.md)."""
+"""`grader`: an OpenAI grader, JSON in `options.grader` (engine/rewards/graders.py; docs/openai.md)."""
 
 FILE_PURPOSE = {"sft": "sft", "reward_model": "preference", "rm_distill": "preference", "dpo": "preference",
                 "ppo": "prompts", "eval": "prompts"}

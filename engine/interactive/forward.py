@@ -28,7 +28,7 @@ from engine.algos import (
     ppo_threshold_loss,
 )
 from engine.interactive.datums import ForwardRequest
-from engine.precision import Precision
+from engine.runtime.precision import Precision
 
 MICRO_BATCH_TOKENS = 4096
 """Tokens per forward pass (a longer datum, or pair, runs alone): bounds the `(tokens, vocab)` logits."""

@@ -16,10 +16,10 @@ import logging
 import time
 from typing import Any
 
-from engine.cluster import code_options, connect, get_unwrapped
 from engine.errors import EngineError
 from engine.interactive.datums import validate_payload
 from engine.interactive.spec import NAMESPACE, SessionSpec, actor_name
+from engine.runtime.cluster import code_options, connect, get_unwrapped
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ and clears them.
 Reproducing a Keel job: the model is loaded as a job loads it (`engine.models.load_policy`: the
 global RNG seeded with `seed` first, so a LoRA adapter starts from the same weights; float32
 masters, `dtype` for compute, dropout off, sequence packing on), and the optimizer step is the
-job's (`engine.precision.Precision.step`: clip to `grad_clip_norm`, 0 = none, then AdamW).
+job's (`engine.runtime.precision.Precision.step`: clip to `grad_clip_norm`, 0 = none, then AdamW).
 """
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ from torch import nn
 
 from engine import data as data_lib
 from engine import models
-from engine.artifacts import Artifacts, join
 from engine.config import ModelConfig, OptimConfig
 from engine.errors import ConfigError
 from engine.interactive import datums, state
 from engine.interactive.forward import run_forward, token_log_probs
 from engine.interactive.sampling import sample
 from engine.interactive.spec import SessionSpec
-from engine.precision import COMPUTE_DTYPES, Precision
-from engine.rollout import row_seed
+from engine.rollout.backends import row_seed
+from engine.runtime.artifacts import Artifacts, join
+from engine.runtime.precision import COMPUTE_DTYPES, Precision
 from engine.schedule import build_optimizer
 
 WEIGHTS_DIR = "weights"

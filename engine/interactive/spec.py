@@ -22,14 +22,14 @@ class SessionSpec:
         lora_alpha, target_modules: the adapter's scaling numerator and the modules that get one.
         seed: seeds the adapter's initialisation and every sample drawn without an explicit seed.
         dtype: compute dtype (`float32`, `bfloat16`, `float16`); trained weights and the optimizer
-            state stay float32 (`engine.precision`).
+            state stay float32 (`engine.runtime.precision`).
         num_cpus, num_gpus: what the actor reserves.
         state_root: where `save_state` / `save_weights_for_sampler` write (a directory, or a URL of
             the artifact store); states may only be loaded from under it or an allowed root.
         storage_options: fsspec options of the remote store behind any URL above.
         allowed_roots: model roots a local model or state may come from (as `JobRequest.allowed_model_roots`).
         ray_address: the cluster to join (None: a private local Ray).
-        artifact_cache_dir: the node-local staging directory (`engine.artifacts`).
+        artifact_cache_dir: the node-local staging directory (`engine.runtime.artifacts`).
     """
 
     session_id: str

@@ -5,14 +5,14 @@ A state directory (`save_state`, and what `release_session` writes) is
 - the model as `engine.models.save_model` writes it: `config.json`, safetensors and tokenizer (a
   LoRA trainer: the merged weights, plus the adapter alone in `adapter/`), so plain `transformers`
   (or `peft` on `adapter/`) loads it and Keel can register it as a model;
-- `trainer/`: `engine.checkpoint.save_state` output: the trained tensors as float32 masters
+- `trainer/`: `engine.runtime.checkpoint.save_state` output: the trained tensors as float32 masters
   (`model.safetensors`: the full weights, or the adapter's), the AdamW state (`optim.optim.pt`,
   once a step was taken), float16's loss scale, and `extra.json` (step, sample counter, the
   trainer's model settings), so `load_state` continues exactly where the save was made;
 - `COMPLETE`, written last (in `trainer/` too): a directory without it is never loaded.
 
 A sampler snapshot (`save_weights_for_sampler`) is the model part only. Both are written atomically
-(a local directory renamed into place, or uploaded with its marker last: `engine.artifacts`).
+(a local directory renamed into place, or uploaded with its marker last: `engine.runtime.artifacts`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from engine.artifacts import Artifacts, is_remote
-from engine.checkpoint import (
+from engine.errors import ConfigError
+from engine.models import save_model
+from engine.runtime.artifacts import Artifacts, is_remote
+from engine.runtime.checkpoint import (
     COMPLETE,
     CheckpointError,
     atomic_dir,
@@ -34,9 +36,7 @@ from engine.checkpoint import (
     load_state,
     save_state,
 )
-from engine.errors import ConfigError
-from engine.models import save_model
-from engine.precision import Precision
+from engine.runtime.precision import Precision
 
 TRAINER_DIR = "trainer"
 STATE_VERSION = 1

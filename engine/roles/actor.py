@@ -12,10 +12,9 @@ from typing import Any
 
 import torch
 
-from engine import packing, sharding
+from engine import packing
 from engine.algos import agg_loss, kl_penalty, masked_mean, policy_loss
 from engine.algos.correction import rollout_correction
-from engine.artifacts import Artifacts
 from engine.config import PPOConfig
 from engine.errors import ConfigError, EngineError
 from engine.models import (
@@ -27,7 +26,6 @@ from engine.models import (
     resolve_lora_rank,
     save_model,
 )
-from engine.precision import Precision
 from engine.roles.base import (
     MetricSums,
     TrainableRole,
@@ -38,7 +36,10 @@ from engine.roles.base import (
     share_rows,
 )
 from engine.roles.batch import Batch, build_batch, mini_batch_rows
-from engine.rollout import SamplingParams, make_rollout, weights_fingerprint
+from engine.rollout.backends import SamplingParams, make_rollout, weights_fingerprint
+from engine.runtime import sharding
+from engine.runtime.artifacts import Artifacts
+from engine.runtime.precision import Precision
 from engine.schedule import build_optimizer, build_scheduler
 
 

@@ -18,12 +18,9 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from engine import distributed, packing, prefix, sharding, ulysses
+from engine import packing
 from engine.algos import log_probs_and_entropy, log_probs_from_logits
-from engine.artifacts import Artifacts
-from engine.checkpoint import HF_EXPORT, load_state, save_state
 from engine.models import logits_at, save_model
-from engine.precision import Precision
 from engine.roles.batch import (
     Batch,
     concat,
@@ -35,6 +32,11 @@ from engine.roles.batch import (
     select,
     trim,
 )
+from engine.rollout import prefix
+from engine.runtime import distributed, sharding, ulysses
+from engine.runtime.artifacts import Artifacts
+from engine.runtime.checkpoint import HF_EXPORT, load_state, save_state
+from engine.runtime.precision import Precision
 
 SEQ_KEYS = ("input_ids", "attention_mask")
 
@@ -80,11 +82,11 @@ class Role:
         """Hook: the data-parallel group exists now (a colocated host calls it on every role)."""
 
     sp: ulysses.Layout = ulysses.Layout()
-    """This worker's sequence-parallel group (`engine.ulysses`; a group of one by default)."""
+    """This worker's sequence-parallel group (`engine.runtime.ulysses`; a group of one by default)."""
 
     def _sequence_parallel(self, model: nn.Module, size: int, param: str) -> None:
         """Groups of `size` consecutive workers share their rows and split every packed row's tokens
-        (`engine.ulysses`). Every worker of the process group calls it, in the same role order."""
+        (`engine.runtime.ulysses`). Every worker of the process group calls it, in the same role order."""
         self.sp = ulysses.layout(size, self.rank, self.world_size)
         ulysses.enable(model, self.sp, param)
 
@@ -136,7 +138,7 @@ def iter_micro_batches(batch: Batch, rows: Sequence[int], *, dynamic: bool, max_
     packs its rows, so the token budget counts real tokens).
 
     `model` (the policy that scores the micro-batches) with `dynamic`: when rows share a prompt
-    and `engine.prefix` runs the model (each distinct prompt once), a prompt's rows stay in one
+    and `engine.rollout.prefix` runs the model (each distinct prompt once), a prompt's rows stay in one
     micro-batch and the budget counts the prompt once.
     """
     all_lengths = row_lengths(batch)
@@ -164,7 +166,7 @@ def policy_log_probs(model: nn.Module, mb: Batch, *, temperature: float,
     by the sampling temperature, as in VERL), and the per-token entropy unless `entropy="off"`.
 
     Only the response positions' logits are computed (`engine.models.logits_at`; rows that share a
-    prompt through `engine.prefix`, the prompt once). The entropy is a full-vocabulary softmax per
+    prompt through `engine.rollout.prefix`, the prompt once). The entropy is a full-vocabulary softmax per
     token: `grad` keeps it in the graph (a loss term), `metric` computes it detached, so backward
     stores nothing for it.
     """
@@ -187,7 +189,7 @@ def _sharded_log_probs(model: nn.Module, mb: Batch, *, temperature: float,
                        entropy: Literal["off", "grad", "metric"]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`policy_log_probs` under Ulysses sequence parallelism: each rank of the group takes the LM head
     and the log-softmax at `1/sp` of the response positions; the `(b, r)` results are the group's sums
-    (`engine.ulysses.head_outputs`)."""
+    (`engine.runtime.ulysses.head_outputs`)."""
     packed = packing.pack_padded(mb["input_ids"], mb["attention_mask"])
     positions = response_positions(mb["prompt_lens"], mb["responses"].shape[1], mb["input_ids"].shape[1])
     index = torch.arange(packed.total, device=positions.device)[None, :]

@@ -13,15 +13,16 @@ from typing import Any
 
 import torch
 
-from engine import packing, sharding
+from engine import packing
 from engine.algos import masked_mean, value_loss
-from engine.artifacts import Artifacts
 from engine.config import PPOConfig
 from engine.models import load_tokenizer, load_value_model, token_values
-from engine.precision import Precision
 from engine.roles.actor import loss_weight, mini_batch_totals
 from engine.roles.base import MetricSums, TrainableRole, iter_micro_batches, pad_response, share_rows
 from engine.roles.batch import Batch, gather_response, mini_batch_rows
+from engine.runtime import sharding
+from engine.runtime.artifacts import Artifacts
+from engine.runtime.precision import Precision
 from engine.schedule import build_optimizer, build_scheduler
 
 

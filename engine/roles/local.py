@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.config import Resources
-from engine.distributed import TorchThreads, node_identity, worker_threads
 from engine.errors import ConfigError
+from engine.runtime.distributed import TorchThreads, node_identity, worker_threads
 
 
 @dataclass

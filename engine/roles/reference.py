@@ -9,12 +9,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from engine.artifacts import Artifacts
 from engine.config import PPOConfig
 from engine.models import load_reference
-from engine.precision import autocast
 from engine.roles.base import Role, batched_log_probs
 from engine.roles.batch import Batch
+from engine.runtime.artifacts import Artifacts
+from engine.runtime.precision import autocast
 
 
 class Reference(Role):

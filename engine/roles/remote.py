@@ -12,7 +12,7 @@
 
 Every placement group uses the job's `resources.placement` (PACK by default; SPREAD or
 STRICT_SPREAD put the workers on several nodes): data-parallel workers meet at the rank-0 worker's
-node address (`engine.distributed.rendezvous`). With `num_workers > 1` the workers of each trained role (actor, critic)
+node address (`engine.runtime.distributed.rendezvous`). With `num_workers > 1` the workers of each trained role (actor, critic)
 form a torch.distributed group (colocated: the processes form one group that both roles use; the
 driver submits to every worker in the same order, so collectives line up). Nothing here blocks per
 call: `RoleGroup.submit` returns object refs and the driver gathers them once per phase.
@@ -31,15 +31,15 @@ try:
 except ImportError:  # the in-process executor's callers import only `RoleSpec` through here
     ray = None
 
-from engine.cluster import code_options
 from engine.config import Resources
-from engine.distributed import WorkerLost, is_collective_failure, placement_strategy, worker_threads
 from engine.errors import EngineError
 from engine.roles.actor import ActorRollout
 from engine.roles.critic import Critic
 from engine.roles.local import RoleSpec, submit_then
 from engine.roles.reference import Reference
 from engine.roles.reward import Reward
+from engine.runtime.cluster import code_options
+from engine.runtime.distributed import WorkerLost, is_collective_failure, placement_strategy, worker_threads
 
 
 class Colocated:

@@ -15,13 +15,13 @@ from typing import Any
 import torch
 
 from engine import packing
-from engine.artifacts import Artifacts
 from engine.config import PPOConfig
 from engine.data import prompt_token_ids, response_token_ids
 from engine.models import load_reward_model, load_tokenizer, reward_scores
-from engine.rewards import RewardFn, score_response
+from engine.rewards.rules import RewardFn, score_response
 from engine.roles.base import Role, iter_micro_batches
 from engine.roles.batch import Batch, build_batch
+from engine.runtime.artifacts import Artifacts
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +33,11 @@ class Reward(Role):
         config: the job's `PPOConfig`.
         tokenizer_path: the policy's tokenizer (to decode responses).
         model_path: a reward model directory (sequence classification, one label), or None.
-        functions: rule functions by name (resolved by the driver, `engine.rewards`), or None.
+        functions: rule functions by name (resolved by the driver, `engine.rewards.rules`), or None.
         function: the name used for every row; None picks `functions[row["data_source"]]` per row.
         options: keyword arguments passed to every rule function (e.g. `format_score`).
         grading: for the `grader` function, the job request's `reward.grading` (python-grader limits,
-            score-model paths): the whole batch is scored by one `engine.graders.Grader`, built once
+            score-model paths): the whole batch is scored by one `engine.rewards.graders.Grader`, built once
             (a score_model grader's model loads on first use and stays for the job).
     """
 
@@ -60,7 +60,7 @@ class Reward(Role):
         self.options = dict(options or {})
         self.grader = None
         if function == "grader":
-            from engine.graders import job_grader
+            from engine.rewards.graders import job_grader
 
             self.grader = job_grader(self.options, grading, device=self.device, dtype=config.model.dtype,
                                      stage=self.artifacts.stage)
@@ -102,7 +102,7 @@ class Reward(Role):
         return torch.tensor(scores, dtype=torch.float32)
 
     def _grader_scores(self, batch: Batch, meta: Sequence[Mapping[str, Any]]) -> torch.Tensor:
-        from engine.graders import item_of, sample_of
+        from engine.rewards.graders import item_of, sample_of
 
         texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in self._responses(batch)]
         results = self.grader.score([sample_of(t) for t in texts], [item_of(m.get("ground_truth")) for m in meta])

@@ -9,12 +9,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from engine.artifacts import Artifacts
 from engine.config import EvalConfig, ModelConfig
 from engine.models import load_policy, load_tokenizer
 from engine.roles.base import Role
 from engine.roles.batch import Batch, build_batch
-from engine.rollout import HFRollout, SamplingParams, eos_token_ids
+from engine.rollout.backends import HFRollout, SamplingParams, eos_token_ids
+from engine.runtime.artifacts import Artifacts
 
 
 class Sampler(Role):

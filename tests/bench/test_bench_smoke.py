@@ -143,7 +143,7 @@ def test_ppo_step_cost(capsys, bench_out, one_thread):
 
 def test_gsm8k_prompts(tmp_path):
     from bench import datasets
-    from engine.rewards import gsm8k
+    from engine.rewards.rules import gsm8k
 
     paths = datasets.build_gsm8k_prompts(tmp_path, rows=40, val_rows=8)
     import pyarrow.parquet as pq
@@ -205,7 +205,7 @@ def _trl_runner():
 
 def test_trl_runner_grpo_and_dpo_settings_match_keel(tmp_path):
     from bench.ppo import GRPO_KL_COEF
-    from engine.rewards import gsm8k
+    from engine.rewards.rules import gsm8k
 
     runner = _trl_runner()
     args = runner.parse_args(["grpo", "--model", "m", "--prompts", "p", "--batch", "16", "--n", "4",

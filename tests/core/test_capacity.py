@@ -39,7 +39,7 @@ def groups(demand: Demand) -> list[tuple[str, int, float, float, str]]:
 
 def test_supervised_single_worker_is_held_by_the_controller_as_the_engine_does():
     from engine.config import JobRequest, Resources, SFTConfig
-    from engine.jobs import controller_resources
+    from engine.runtime.jobs import controller_resources
 
     for method in ("sft", "reward_model", "rm_distill"):
         d = job_demand(spec(method, cpus_per_worker=3, gpus_per_worker=1))

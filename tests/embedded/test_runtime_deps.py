@@ -30,7 +30,7 @@ class Block(importlib.abc.MetaPathFinder):
         return None
 sys.meta_path.insert(0, Block())
 import api.main, workers.tasks, workers.trainers, workers.sweeper, keel_cli.main, keel_cli.server, keel_cli.demo
-import engine.jobs, engine.demo
+import engine.runtime.jobs, engine.demo
 api.main.create_app()
 print("imported")
 """

@@ -19,7 +19,7 @@ def ray_local():
     """A local Ray on loopback for the whole session (2 CPUs, no dashboard)."""
     import ray
 
-    from engine.cluster import connect
+    from engine.runtime.cluster import connect
 
     connect(None, num_cpus=2)
     yield ray

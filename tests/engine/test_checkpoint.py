@@ -1,4 +1,4 @@
-"""engine.checkpoint: atomic directories, exact state round trip, latest complete step."""
+"""engine.runtime.checkpoint: atomic directories, exact state round trip, latest complete step."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from engine.checkpoint import (
+from engine.runtime.checkpoint import (
     COMPLETE,
     CheckpointError,
     atomic_dir,

@@ -257,9 +257,9 @@ def test_filter_overlong_prompts_drops_rows(tok):
 
 def _task_tokenize(method: str, tok, rows: list[dict], **data) -> list:
     from engine.config import METHOD_CONFIGS, JobRequest, build_config
-    from engine.dpo import DPOTask
-    from engine.reward_model import DistillTask, RewardModelTask
-    from engine.sft import SFTTask
+    from engine.methods.dpo import DPOTask
+    from engine.methods.reward_model import DistillTask, RewardModelTask
+    from engine.methods.sft import SFTTask
 
     config = build_config(METHOD_CONFIGS[method], {"data": data})
     cls = {"sft": SFTTask, "reward_model": RewardModelTask, "rm_distill": DistillTask, "dpo": DPOTask}[method]

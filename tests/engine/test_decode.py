@@ -1,4 +1,4 @@
-"""engine.decode: the lean decode path gives the transformers forward's logits at every step and the
+"""engine.rollout.decode: the lean decode path gives the transformers forward's logits at every step and the
 hf rollout's exact samples, for the models it takes (Llama, GQA + bias Qwen2, rope variants, LoRA),
 and every model it refuses falls back to the transformers forward."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import decode
 from engine.config import ModelConfig
 from engine.data import load_rows, pad, tokenize_prompts
 from engine.models import load_policy, load_tokenizer, reference_mode
-from engine.precision import autocast
-from engine.rollout import HFRollout, SamplingParams, mix32, row_seed, row_uniforms
+from engine.rollout import decode
+from engine.rollout.backends import HFRollout, SamplingParams, mix32, row_seed, row_uniforms
+from engine.runtime.precision import autocast
 
 VOCAB, PAD = 97, 0
 PLAIN = ModelConfig(use_remove_padding=False)

@@ -1,4 +1,4 @@
-"""engine.distributed without a cluster: placement strategies, where a process runs, and which
+"""engine.runtime.distributed without a cluster: placement strategies, where a process runs, and which
 worker errors mean a lost peer (a system error: the job is re-queued) rather than the job's fault."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch.distributed as dist
 
 from engine.config import Resources
-from engine.distributed import (
+from engine.runtime.distributed import (
     WorkerLost,
     _unwrap_ray_error,
     is_collective_failure,
@@ -54,7 +54,7 @@ def test_a_group_whose_worker_creation_was_cancelled_shuts_down_and_is_built_aga
     replace the WorkerLost it is cleaning up after, which `start_group` answers by building again."""
     import ray
 
-    from engine import distributed
+    from engine.runtime import distributed
 
     removed, builds = [], []
 

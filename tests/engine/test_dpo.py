@@ -15,11 +15,11 @@ from safetensors.torch import load_file, save_file
 
 from engine import data as data_lib
 from engine import models
-from engine.checkpoint import latest_checkpoint
 from engine.config import DPOConfig, JobRequest, ModelConfig, Resources, build_config
-from engine.dpo import REFERENCE_LOGPS, read_reference_logps, response_log_probs, run_dpo
 from engine.errors import Cancelled, ConfigError
-from engine.reporting import RecordingReporter
+from engine.methods.dpo import REFERENCE_LOGPS, read_reference_logps, response_log_probs, run_dpo
+from engine.runtime.checkpoint import latest_checkpoint
+from engine.runtime.reporting import RecordingReporter
 
 METRICS = ("rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen",
            "logps/rejected")

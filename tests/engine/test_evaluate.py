@@ -1,4 +1,4 @@
-"""engine.evaluate on the demo assets: metrics and the results file, every knob, compare_to with a
+"""engine.methods.evaluate on the demo assets: metrics and the results file, every knob, compare_to with a
 reward model, data parallelism on Ray; the pass@k and win-rate estimators on hand-computed cases."""
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from engine.algos.evaluation import (
 )
 from engine.config import EvalConfig, JobRequest, ModelConfig, Resources, build_config
 from engine.errors import Cancelled, DataError, Paused
-from engine.evaluate import RESULTS_NAME, run_eval
-from engine.reporting import RecordingReporter
-from engine.rewards import register_reward, unregister_reward
+from engine.methods.evaluate import RESULTS_NAME, run_eval
+from engine.rewards.rules import register_reward, unregister_reward
+from engine.runtime.reporting import RecordingReporter
 
 TINY = {"data": {"max_prompt_length": 32, "max_response_length": 6, "val_batch_size": 16},
         "rollout": {"n": 4, "temperature": 1.0}}

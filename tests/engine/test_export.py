@@ -8,10 +8,10 @@ import os
 import pytest
 import torch
 
-from engine.checkpoint import COMPLETE, HF_EXPORT, latest_checkpoint
 from engine.config import PPOConfig, build_config
 from engine.models import reward_scores, token_values
-from engine.reporting import RecordingReporter
+from engine.runtime.checkpoint import COMPLETE, HF_EXPORT, latest_checkpoint
+from engine.runtime.reporting import RecordingReporter
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -33,7 +33,7 @@ def _batch(demo_assets):
 def test_reward_model_checkpoints_export_a_sequence_classifier(demo_assets, tmp_path):
     from transformers import AutoModelForSequenceClassification
 
-    from engine.reward_model import run_reward_model
+    from engine.methods.reward_model import run_reward_model
     from tests.engine.test_reward_model import rm_request
 
     request = rm_request(demo_assets, tmp_path, steps=2, config={"trainer": {"save_freq": 1}})
@@ -57,7 +57,7 @@ def test_lora_sft_checkpoint_exports_merged_weights_and_the_adapter(demo_assets,
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from engine.sft import run_sft
+    from engine.methods.sft import run_sft
     from tests.engine.test_sft import sft_request
 
     request = sft_request(demo_assets, tmp_path, steps=2, config={

@@ -1,4 +1,4 @@
-"""`score_model` graders (engine/grading/score_model.py) against the demo models, and graders as PPO's
+"""`score_model` graders (engine/rewards/score_model.py) against the demo models, and graders as PPO's
 reward: the Reward role scores whole batches with one Grader and loads a score model once per job."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import math
 import pytest
 import torch
 
-from engine import graders
 from engine.config import JobRequest, ModelConfig, PPOConfig, Resources, build_config
-from engine.grading.score_model import first_number
-from engine.ppo import PPOTrainer
-from engine.reporting import RecordingReporter
+from engine.methods.ppo import PPOTrainer
+from engine.rewards import graders
+from engine.rewards.score_model import first_number
+from engine.runtime.reporting import RecordingReporter
 
 JUDGE_INPUT = [{"role": "developer", "content": "Rate the answer from 0 to 10."},
                {"role": "user", "content": [{"type": "input_text", "text": "{{item.question}}"}]},

@@ -16,9 +16,9 @@ from safetensors.torch import load_file
 
 from engine.config import JobRequest, PPOConfig, Resources, build_config
 from engine.errors import ConfigError
-from engine.ppo import PPOTrainer
-from engine.reporting import RecordingReporter
+from engine.methods.ppo import PPOTrainer
 from engine.roles.local import Done, LocalRoleGroup, get
+from engine.runtime.reporting import RecordingReporter
 
 TINY = {"data": {"train_batch_size": 4, "max_prompt_length": 32, "max_response_length": 8},
         "actor": {"ppo_mini_batch_size": 2, "ppo_epochs": 1, "optim": {"lr": 1e-4}}, "rollout": {"n": 2},
@@ -96,7 +96,7 @@ def test_local_executor_refuses_several_workers(demo_assets, tmp_path):
     request = request_for(demo_assets, tmp_path, "local")
     request = dataclasses.replace(request, resources=Resources(executor="local", num_workers=2))
     with pytest.raises(ConfigError) as err:
-        from engine.jobs import run_job
+        from engine.runtime.jobs import run_job
 
         run_job(request, RecordingReporter())
     assert err.value.param == "resources.num_workers"

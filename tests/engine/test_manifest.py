@@ -1,4 +1,4 @@
-"""The node's part of a job's manifest (`engine.manifest`): what it holds, that it names no path, the
+"""The node's part of a job's manifest (`engine.runtime.manifest`): what it holds, that it names no path, the
 image digest from KEEL_IMAGE_DIGEST, and the model fingerprint: stable, cached, and changed by a
 changed weight anywhere in a large file."""
 
@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from engine import manifest
 from engine.config import JobRequest, Resources, SFTConfig, build_config
-from engine.reporting import RecordingReporter
+from engine.runtime import manifest
+from engine.runtime.reporting import RecordingReporter
 
 
 def _request(demo_assets, tmp_path) -> JobRequest:

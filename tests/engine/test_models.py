@@ -242,7 +242,7 @@ def test_dtype_and_gradient_checkpointing(demo_assets, batch, lora_rank):
     cfg = ModelConfig(dtype="bfloat16", enable_gradient_checkpointing=True, lora_rank=lora_rank)
     policy = load_policy(demo_assets["small_model"], cfg)
     base = policy.get_base_model() if lora_rank else policy
-    # Trained weights are float32 masters (engine.precision); a frozen LoRA base is held in bf16.
+    # Trained weights are float32 masters (engine.runtime.precision); a frozen LoRA base is held in bf16.
     assert {p.dtype for p in policy.parameters() if p.requires_grad} == {torch.float32}
     assert {p.dtype for p in policy.parameters() if not p.requires_grad} <= {torch.bfloat16}
     assert getattr(base, "is_activation_checkpointing", None) or base.is_gradient_checkpointing

@@ -12,6 +12,7 @@ import torch
 from engine import packing
 from engine.config import JobRequest, ModelConfig, PPOConfig, RewardModelConfig, SFTConfig, build_config
 from engine.data import pad
+from engine.methods.sft import sft_loss_sum
 from engine.models import (
     load_policy,
     load_reward_model,
@@ -20,10 +21,9 @@ from engine.models import (
     reward_scores,
     token_values,
 )
-from engine.reporting import RecordingReporter
 from engine.roles.base import policy_log_probs, trim_rows
 from engine.roles.batch import build_batch, response_positions
-from engine.sft import sft_loss_sum
+from engine.runtime.reporting import RecordingReporter
 
 PACKED, PADDED = ModelConfig(use_remove_padding=True), ModelConfig(use_remove_padding=False)
 TOL = {"rtol": 1e-5, "atol": 1e-5}
@@ -390,8 +390,8 @@ def _job(assets, tmp, method, cfg_cls, cfg, remove_padding):
 
 @pytest.mark.parametrize("remove_padding", [True, False])
 def test_sft_and_reward_jobs_report_padding_efficiency_one_when_packed(demo_assets, tmp_path, remove_padding):
-    from engine.reward_model import run_reward_model
-    from engine.sft import run_sft
+    from engine.methods.reward_model import run_reward_model
+    from engine.methods.sft import run_sft
 
     sft = _job(demo_assets, tmp_path / "sft", "sft", SFTConfig, {
         "data": {"train_batch_size": 16, "max_prompt_length": 32, "max_response_length": 64},

@@ -15,14 +15,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from engine.checkpoint import load_extra
 from engine.config import DPOConfig, JobRequest, PPOConfig, Resources, SFTConfig, build_config
-from engine.dpo import run_dpo
 from engine.errors import Paused
-from engine.ppo import run_ppo
-from engine.reporting import RecordingReporter
-from engine.sft import run_sft
-from engine.watchdog import WatchedReporter
+from engine.methods.dpo import run_dpo
+from engine.methods.ppo import run_ppo
+from engine.methods.sft import run_sft
+from engine.runtime.checkpoint import load_extra
+from engine.runtime.reporting import RecordingReporter
+from engine.runtime.watchdog import WatchedReporter
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -167,11 +167,11 @@ class HangingCheckpoint(RecordingReporter):
 
 @pytest.mark.slow
 def test_a_controller_that_does_not_pause_in_time_is_stopped(demo_assets, ray_local, tmp_path, monkeypatch):
-    """Through `engine.jobs.run_job`: the caller waits `pause_grace_s` for the method to pause, then
+    """Through `engine.runtime.jobs.run_job`: the caller waits `pause_grace_s` for the method to pause, then
     kills the controller (freeing its CPUs) and reports the job paused at its previous checkpoint."""
     import ray.cloudpickle
 
-    from engine import jobs
+    from engine.runtime import jobs
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actor cannot import tests/
     monkeypatch.setattr(jobs, "pause_grace_s", lambda request: 20.0)  # (the caller's side: not the actor's)
@@ -187,7 +187,7 @@ def test_a_controller_that_does_not_pause_in_time_is_stopped(demo_assets, ray_lo
 
 
 def test_the_pause_grace_covers_a_step_and_its_checkpoint(demo_assets, tmp_path):
-    from engine.jobs import PAUSE_SAVE_S, pause_grace_s
+    from engine.runtime.jobs import PAUSE_SAVE_S, pause_grace_s
 
     request = sft_request(demo_assets, tmp_path)
     assert pause_grace_s(request) == request.config.guardrails.step_timeout_s + PAUSE_SAVE_S

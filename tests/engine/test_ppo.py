@@ -1,4 +1,4 @@
-"""engine.ppo end to end on the demo assets (CPU, local Ray): metrics, reward model wiring, learning,
+"""engine.methods.ppo end to end on the demo assets (CPU, local Ray): metrics, reward model wiring, learning,
 rollback, resume, data parallelism, watchdog."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from safetensors.torch import load_file
 
 from engine.config import JobRequest, ModelConfig, PPOConfig, Resources, build_config
 from engine.errors import Cancelled, Diverged, StepTimeout
-from engine.ppo import PPOTrainer, run_ppo
-from engine.reporting import RecordingReporter
-from engine.rewards import register_reward, unregister_reward
+from engine.methods.ppo import PPOTrainer, run_ppo
+from engine.rewards.rules import register_reward, unregister_reward
+from engine.runtime.reporting import RecordingReporter
 
 pytestmark = pytest.mark.slow
 
@@ -190,7 +190,7 @@ def test_kl_spike_rolls_back_once_and_recovers(demo_assets, ray_local, tmp_path)
     fired = []
 
     def corrupt_policy(role):  # runs in the actor worker (a local function travels by value)
-        from engine.rollout import weights_fingerprint
+        from engine.rollout.backends import weights_fingerprint
 
         with torch.no_grad():
             role.model.get_output_embeddings().weight.mul_(50.0)
@@ -294,9 +294,9 @@ def test_reward_filter_and_replay(demo_assets, ray_local, tmp_path):
 
 
 def test_refuses_bad_requests_before_starting_anything(demo_assets, tmp_path):
-    from engine.checkpoint import CheckpointError
     from engine.config import SFTConfig
     from engine.errors import ConfigError
+    from engine.runtime.checkpoint import CheckpointError
 
     (tmp_path / "step_3").mkdir()
     with pytest.raises(CheckpointError) as err:

@@ -1,5 +1,5 @@
 """Critic-free advantage estimators, DAPO's dynamic sampling and overlong buffer, and the per-group
-PF-PPO filter, run through `engine.ppo` with the in-process executor (no Ray) on the demo assets."""
+PF-PPO filter, run through `engine.methods.ppo` with the in-process executor (no Ray) on the demo assets."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import pytest
 import torch
 from test_ppo import make_request
 
-from engine import experience
 from engine.algos import group_has_signal
 from engine.config import PPOConfig, Resources, build_config
 from engine.errors import ConfigError
 from engine.guardrails import reward_filter_mask
-from engine.ppo import run_ppo
-from engine.reporting import RecordingReporter
-from engine.rewards import register_reward, unregister_reward
+from engine.methods import ppo_experience as experience
+from engine.methods.ppo import run_ppo
+from engine.rewards.rules import register_reward, unregister_reward
+from engine.runtime.reporting import RecordingReporter
 
 pytestmark = pytest.mark.slow
 

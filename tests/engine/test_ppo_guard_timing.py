@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from engine.ppo import PPOTrainer
-from engine.reporting import RecordingReporter
-from engine.rewards import register_reward, unregister_reward
+from engine.methods.ppo import PPOTrainer
+from engine.rewards.rules import register_reward, unregister_reward
+from engine.runtime.reporting import RecordingReporter
 from tests.engine.test_ppo import make_request
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Silent failures made loud (issue 28), through `engine.ppo` with the in-process executor on the demo
+"""Silent failures made loud (issue 28), through `engine.methods.ppo` with the in-process executor on the demo
 assets: the weight-sync check, the rollout/trainer log-prob gap and its correction, collapse, the
 validation before training and the resume invariants."""
 
@@ -12,11 +12,11 @@ import pytest
 import torch
 from test_ppo import make_request
 
-from engine.checkpoint import CheckpointError
 from engine.errors import Diverged, EngineError
-from engine.ppo import run_ppo
-from engine.reporting import RecordingReporter
-from engine.rollout import HFRollout
+from engine.methods.ppo import run_ppo
+from engine.rollout.backends import HFRollout
+from engine.runtime.checkpoint import CheckpointError
+from engine.runtime.reporting import RecordingReporter
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +44,7 @@ def test_a_lora_sync_that_leaves_the_adapter_unchanged_is_an_error(demo_assets, 
     changed, the written one did not) raises instead of sampling from the old policy."""
     from engine.config import ModelConfig
     from engine.models import load_policy
-    from engine.rollout import VLLMRollout
+    from engine.rollout.backends import VLLMRollout
 
     model = load_policy(demo_assets["model"], ModelConfig(lora_rank=4, lora_alpha=8), trainable=True)
     backend = VLLMRollout({})

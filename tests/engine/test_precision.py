@@ -1,4 +1,4 @@
-"""Mixed precision (`engine.precision`): float32 master weights, bf16/fp16 compute, loss scaling."""
+"""Mixed precision (`engine.runtime.precision`): float32 master weights, bf16/fp16 compute, loss scaling."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from engine.checkpoint import latest_checkpoint
 from engine.config import ModelConfig, OptimConfig
 from engine.errors import Cancelled
+from engine.methods.reward_model import run_reward_model
+from engine.methods.sft import run_sft
 from engine.models import load_policy, load_reward_model
-from engine.precision import Precision, compute_dtype
-from engine.reporting import RecordingReporter
-from engine.reward_model import run_reward_model
+from engine.runtime.checkpoint import latest_checkpoint
+from engine.runtime.precision import Precision, compute_dtype
+from engine.runtime.reporting import RecordingReporter
 from engine.schedule import build_optimizer
-from engine.sft import run_sft
 from tests.engine.test_reward_model import rm_request
 from tests.engine.test_roles import _train_batch, config, rollout
 from tests.engine.test_sft import sft_request

@@ -9,8 +9,8 @@ import os
 import torch
 
 from bench.common import free_port
-from engine.precision import Precision
 from engine.roles.base import TrainableRole
+from engine.runtime.precision import Precision
 
 
 class TinyFloat16(TrainableRole):

@@ -1,4 +1,4 @@
-"""engine.prefix: response logits with each distinct prompt run once equal the per-row forward's,
+"""engine.rollout.prefix: response logits with each distinct prompt run once equal the per-row forward's,
 and the roles' micro-batches keep a prompt's rows together when they use it."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import prefix
 from engine.config import PPOConfig, build_config
 from engine.data import load_rows, tokenize_prompts
 from engine.models import logits_at, reference_mode
 from engine.roles.batch import build_batch, response_positions, trim
+from engine.rollout import prefix
 
 CFG = {
     "data": {"train_batch_size": 4, "max_prompt_length": 32, "max_response_length": 8},
@@ -143,7 +143,7 @@ def test_row_groups_and_shared_micro_batches(demo_assets, prompt_ids):
 
 
 def test_update_actor_results_do_not_depend_on_prompt_sharing(demo_assets, prompt_ids, monkeypatch):
-    """Same metrics, log-probs and weights (float tolerance) with and without `engine.prefix`."""
+    """Same metrics, log-probs and weights (float tolerance) with and without `engine.rollout.prefix`."""
     from engine.roles.actor import ActorRollout
     from engine.roles.base import batched_log_probs
 
@@ -157,7 +157,7 @@ def test_update_actor_results_do_not_depend_on_prompt_sharing(demo_assets, promp
     monkeypatch.setattr(prefix, "response_logits", lambda *a: calls.append(1) or real(*a))
     for shared in (True, False):
         if not shared:
-            assert calls  # the first run did score through engine.prefix
+            assert calls  # the first run did score through engine.rollout.prefix
             monkeypatch.setattr(prefix, "supports", lambda model: False)
         torch.manual_seed(0)
         role = ActorRollout(config(), demo_assets["model"], total_steps=2)

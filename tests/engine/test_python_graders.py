@@ -1,4 +1,4 @@
-"""`python` graders: user code in a sandboxed process (engine/grading/sandbox.py, sandboxed.py).
+"""`python` graders: user code in a sandboxed process (engine/rewards/sandbox.py, sandboxed.py).
 
 Each escape is tried twice where the kernel layers are available: with the audit hook (the refusal
 names the event) and without it, against the kernel layers alone (namespaces, Landlock, seccomp)."""
@@ -15,10 +15,9 @@ import threading
 
 import pytest
 
-from engine import graders
-from engine.grading import sandbox
-from engine.grading.sandbox import Limits, run_python
-from engine.rewards import rule_reward_kwargs
+from engine.rewards import graders, sandbox
+from engine.rewards.rules import rule_reward_kwargs
+from engine.rewards.sandbox import Limits, run_python
 
 ON = graders.Context(python=Limits(cpu_s=5, wall_s=20))
 
@@ -286,7 +285,7 @@ def test_the_sandbox_dies_with_the_process_that_started_it():
     import sys
     import time
 
-    script = ("from engine.grading.sandbox import run_python, Limits\n"
+    script = ("from engine.rewards.sandbox import run_python, Limits\n"
               "run_python('import time\\ndef grade(s, i):\\n    time.sleep(3600)\\n', [{}], [{}], Limits(wall_s=3600))\n")
     parent = subprocess.Popen([sys.executable, "-c", script], cwd=os.path.dirname(os.path.dirname(
         os.path.dirname(os.path.abspath(__file__)))))

@@ -12,8 +12,8 @@ import torch
 
 from engine import models
 from engine.config import ModelConfig
-from engine.dpo import run_dpo
-from engine.reporting import RecordingReporter
+from engine.methods.dpo import run_dpo
+from engine.runtime.reporting import RecordingReporter
 from tests.engine.test_dpo import dpo_request
 from tests.engine.test_roles import config, rollout
 
@@ -81,8 +81,8 @@ def test_dpo_first_step_has_margins_zero_and_loss_log_2(start, dtype, demo_asset
 @pytest.mark.parametrize("start", ["model", "adapter", "fresh_lora"])
 def test_dpo_reference_scores_as_the_policy_starts(start, demo_assets, adapter):
     """On the same rows the reference's response log-prob sums are the starting policy's, bit for bit."""
-    from engine.dpo import response_log_probs
-    from engine.precision import autocast
+    from engine.methods.dpo import response_log_probs
+    from engine.runtime.precision import autocast
 
     path = adapter if start == "adapter" else demo_assets["model"]
     cfg = ModelConfig(dtype="bfloat16", lora_rank=8 if start == "fresh_lora" else 0)
@@ -99,7 +99,7 @@ def test_dpo_reference_scores_as_the_policy_starts(start, demo_assets, adapter):
 
 def test_an_adapter_given_as_model_stays_in_the_reference(demo_assets, adapter):
     """The policy starts from the adapter, so the reference is base + adapter, not the bare base."""
-    from engine.dpo import response_log_probs
+    from engine.methods.dpo import response_log_probs
 
     ids = torch.tensor([[1, 5, 9, 13, 17, 21, 25, 29]])
     sums = {}

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from engine.config import JobRequest, Resources, RewardModelConfig, build_config
-from engine.reporting import RecordingReporter
-from engine.reward_model import bradley_terry_loss, run_reward_model
+from engine.methods.reward_model import bradley_terry_loss, run_reward_model
+from engine.runtime.reporting import RecordingReporter
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -139,7 +139,7 @@ def test_grouped_scores_match_one_padded_forward(demo_assets, tmp_path):
     padding all of them into one forward."""
     from engine import data as data_lib
     from engine import models
-    from engine.reward_model import RewardModelTask
+    from engine.methods.reward_model import RewardModelTask
 
     torch.manual_seed(0)
     request = rm_request(demo_assets, tmp_path)

@@ -1,4 +1,4 @@
-"""engine.rewards: the built-in rule rewards, the registry and entry points."""
+"""engine.rewards.rules: the built-in rule rewards, the registry and entry points."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from engine import rewards
 from engine.errors import ConfigError, DataError
-from engine.rewards import (
+from engine.rewards import rules as rewards
+from engine.rewards.rules import (
     extract_gsm8k_answer,
     get_reward,
     register_reward,
@@ -134,7 +134,7 @@ def test_register_a_python_function():
 
 
 def test_entry_point_group(monkeypatch):
-    ep = EntryPoint(name="test_ep_reward", value="engine.rewards:exact_match", group="keel.rewards")
+    ep = EntryPoint(name="test_ep_reward", value="engine.rewards.rules:exact_match", group="keel.rewards")
     monkeypatch.setattr(rewards, "entry_points", lambda group: [ep] if group == "keel.rewards" else [])
     try:
         assert get_reward("test_ep_reward") is rewards.exact_match

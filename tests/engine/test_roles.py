@@ -8,7 +8,7 @@ import torch
 from engine.config import ModelConfig, PPOConfig, build_config
 from engine.data import load_rows, tokenize_prompts
 from engine.roles.batch import build_batch, gather_response, select, shard_rows
-from engine.rollout import row_seed
+from engine.rollout.backends import row_seed
 
 CFG = {
     "data": {"train_batch_size": 4, "max_prompt_length": 32, "max_response_length": 8},
@@ -211,7 +211,7 @@ def test_critic_values_and_update(demo_assets, actor, prompts):
 
 
 def test_rule_reward_scores(demo_assets, actor):
-    from engine.rewards import resolve_rule_rewards
+    from engine.rewards.rules import resolve_rule_rewards
     from engine.roles.reward import Reward
 
     tok = actor.tokenizer

@@ -1,4 +1,4 @@
-"""engine.rollout: the hf backend (KV-cache sampling, EOS, greedy parity with transformers) and the
+"""engine.rollout.backends: the hf backend (KV-cache sampling, EOS, greedy parity with transformers) and the
 counter-based sampler."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 
 from engine.config import ModelConfig
 from engine.data import load_rows, tokenize_prompts
-from engine.rollout import (
+from engine.rollout.backends import (
     HFRollout,
     SamplingParams,
     eos_token_ids,
@@ -129,6 +129,6 @@ def test_filter_logits():
 def test_vllm_is_not_imported_by_the_module():
     import sys
 
-    import engine.rollout  # noqa: F401
+    import engine.rollout.backends  # noqa: F401
 
     assert "vllm" not in sys.modules

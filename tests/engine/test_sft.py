@@ -10,12 +10,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from engine.checkpoint import latest_checkpoint, load_extra
 from engine.config import JobRequest, Resources, SFTConfig, build_config
 from engine.errors import Cancelled, ConfigError
-from engine.reporting import RecordingReporter
+from engine.methods.sft import run_sft, sft_loss_sum
+from engine.runtime.checkpoint import latest_checkpoint, load_extra
+from engine.runtime.reporting import RecordingReporter
 from engine.schedule import lr_factor
-from engine.sft import run_sft, sft_loss_sum
 
 
 @pytest.fixture(autouse=True, scope="module")

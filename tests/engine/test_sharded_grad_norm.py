@@ -11,9 +11,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from engine import sharding
-from engine.distributed import init_process_group, rendezvous
-from engine.precision import Precision
+from engine.runtime import sharding
+from engine.runtime.distributed import init_process_group, rendezvous
+from engine.runtime.precision import Precision
 
 
 def _model() -> torch.nn.Module:

@@ -12,7 +12,6 @@ import torch
 from safetensors.torch import load_file
 
 from bench.common import free_port
-from engine.checkpoint import CheckpointError
 from engine.config import (
     JobRequest,
     ModelConfig,
@@ -23,7 +22,8 @@ from engine.config import (
     build_config,
 )
 from engine.errors import Cancelled, ConfigError
-from engine.reporting import RecordingReporter
+from engine.runtime.checkpoint import CheckpointError
+from engine.runtime.reporting import RecordingReporter
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -46,8 +46,8 @@ def request(assets, tmp, method, *, strategy, workers=2, steps=3, model=None, tr
 
 
 def run(req: JobRequest, reporter: RecordingReporter | None = None):
-    from engine.reward_model import run_reward_model
-    from engine.sft import run_sft
+    from engine.methods.reward_model import run_reward_model
+    from engine.methods.sft import run_sft
 
     reporter = reporter or RecordingReporter()
     result = (run_sft if req.method == "sft" else run_reward_model)(req, reporter)
@@ -109,8 +109,9 @@ def test_fsdp2_reward_model_resumes_exactly_from_shards(demo_assets, ray_local, 
 def _offload_worker(rank: int, port: int, model_dir: str, queue) -> None:
     import torch.distributed as dist
 
-    from engine import models, sharding
+    from engine import models
     from engine.config import FSDPConfig, OptimConfig
+    from engine.runtime import sharding
     from engine.schedule import build_optimizer
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -213,7 +214,7 @@ def test_strategy_rules(cls, data, param):
 def test_ppo_fsdp2_actor_and_critic_match_ddp(demo_assets, ray_local, tmp_path):
     """`actor.strategy` / `critic.strategy` fsdp2 with 2 workers: same losses and weights as ddp,
     half the actor + critic state per worker (checkpoints and the export go through the shards)."""
-    from engine.ppo import run_ppo
+    from engine.methods.ppo import run_ppo
 
     out = {}
     for strategy in ("ddp", "fsdp2"):

@@ -15,9 +15,9 @@ from bench.common import free_port
 def _tied_worker(rank: int, port: int, model_dir: str, out_dir: str, queue) -> None:
     import torch.distributed as dist
 
-    from engine import sharding
     from engine.config import FSDPConfig, ModelConfig, OptimConfig
     from engine.models import load_policy, logits_at, save_model
+    from engine.runtime import sharding
     from engine.schedule import build_optimizer
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

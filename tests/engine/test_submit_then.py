@@ -8,7 +8,7 @@ import pytest
 
 from engine.config import PPOConfig, Resources, build_config
 from engine.roles.local import LocalRoleGroup, get, submit_then
-from engine.rollout import row_seed
+from engine.rollout.backends import row_seed
 
 CFG = {"data": {"train_batch_size": 4, "max_prompt_length": 32, "max_response_length": 8},
        "actor": {"ppo_mini_batch_size": 4}, "critic": {"ppo_mini_batch_size": 4}}
@@ -34,7 +34,7 @@ def test_each_call_of_the_chain_gets_the_first_output():
 
 
 def _specs(demo_assets, cfg):
-    from engine.rewards import resolve_rule_rewards
+    from engine.rewards.rules import resolve_rule_rewards
     from engine.roles.actor import ActorRollout
     from engine.roles.remote import RoleSpec
     from engine.roles.reward import Reward

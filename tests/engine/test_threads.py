@@ -1,5 +1,5 @@
 """torch's intra-op threads per worker come from the CPUs the job gives it (`resources.cpus_per_worker`,
-`engine.distributed.worker_threads`): the supervised worker (SFT, reward model, distillation, DPO) and
+`engine.runtime.distributed.worker_threads`): the supervised worker (SFT, reward model, distillation, DPO) and
 the roles of PPO / GRPO / eval, also when they run in the caller's process, which gets its own
 setting back afterwards."""
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from engine.config import DPOConfig, JobRequest, Resources, build_config
-from engine.distributed import usable_cores, worker_threads
-from engine.reporting import RecordingReporter
+from engine.runtime.distributed import usable_cores, worker_threads
+from engine.runtime.reporting import RecordingReporter
 
 
 def test_worker_threads_follow_cpus_per_worker():
@@ -41,8 +41,8 @@ def test_an_in_process_worker_trains_on_its_cpus_and_gives_the_setting_back(proc
                                                                            restore_threads):
     if max(process, cpus) > usable_cores():
         pytest.skip(f"needs {max(process, cpus)} cores")
-    from engine.dpo import DPOTask
-    from engine.trainer import run_supervised
+    from engine.methods.dpo import DPOTask
+    from engine.methods.supervised import run_supervised
 
     seen: list[int] = []
 

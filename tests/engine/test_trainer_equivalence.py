@@ -26,11 +26,11 @@ from safetensors.torch import load_file
 
 from engine import data as data_lib
 from engine.config import DPOConfig, JobRequest, Resources, SFTConfig, build_config
-from engine.dpo import run_dpo
 from engine.interactive.session import TrainingSession
 from engine.interactive.spec import SessionSpec
-from engine.reporting import RecordingReporter
-from engine.sft import run_sft
+from engine.methods.dpo import run_dpo
+from engine.methods.sft import run_sft
+from engine.runtime.reporting import RecordingReporter
 
 SEED = 11
 ROWS = 8

@@ -15,10 +15,10 @@ import torch
 from safetensors.torch import load_file
 
 from engine import data as data_lib
-from engine.checkpoint import CheckpointError
 from engine.errors import ConfigError, DataError, ModelNotAllowed
 from engine.interactive.session import TrainingSession
 from engine.interactive.spec import SessionSpec
+from engine.runtime.checkpoint import CheckpointError
 
 SEED = 3
 PROMPTS = ["What is 1 + 2?", "What is 7 - 3?", "What is 4 + 4?", "What is 9 - 5?"]

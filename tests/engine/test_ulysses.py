@@ -1,4 +1,4 @@
-"""Ulysses sequence parallelism (`engine.ulysses`): two gloo workers sharding every packed row give
+"""Ulysses sequence parallelism (`engine.runtime.ulysses`): two gloo workers sharding every packed row give
 the same losses, log-probs, values, scores and gradients as one worker (SFT, reward model, PPO actor
 and critic forwards), each rank embedding half of the row's tokens."""
 
@@ -40,9 +40,10 @@ def _batch():
 def _compute(model_path: str, lay) -> dict:
     """Every forward the trainers run, with `lay`'s sharding; losses backpropagated as the trainers
     do (times `loss_scale`) and gradients summed over all workers."""
-    from engine import distributed, models, ulysses
+    from engine import models
+    from engine.methods.sft import sft_loss_sum
     from engine.roles.base import policy_log_probs
-    from engine.sft import sft_loss_sum
+    from engine.runtime import distributed, ulysses
 
     ids, mask, prompt_lens = _batch()
     seen: list[int] = []
@@ -95,7 +96,7 @@ def _numpy(value):
 def _worker(rank: int, port: int, model_path: str, queue) -> None:
     import torch.distributed as dist
 
-    from engine import ulysses
+    from engine.runtime import ulysses
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
@@ -124,7 +125,7 @@ def _assert_same(a, b, what):
 def test_two_way_sequence_parallel_matches_one_worker(demo_assets):
     import torch.multiprocessing as mp
 
-    from engine import ulysses
+    from engine.runtime import ulysses
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
@@ -152,7 +153,7 @@ def test_two_way_sequence_parallel_matches_one_worker(demo_assets):
 
 
 def test_bounds_cover_the_row_once():
-    from engine.ulysses import shard_bounds
+    from engine.runtime.ulysses import shard_bounds
 
     for total in (1, 7, 8, 71):
         spans = [shard_bounds(total, 4, r) for r in range(4)]
@@ -164,7 +165,8 @@ def test_bounds_cover_the_row_once():
 def test_heads_must_split_over_the_group(demo_assets):
     from transformers import AutoConfig
 
-    from engine import models, ulysses
+    from engine import models
+    from engine.runtime import ulysses
 
     config = AutoConfig.from_pretrained(demo_assets["model"])  # 4 heads, 4 key/value heads
     ulysses.check_heads(config, 4)
@@ -182,9 +184,9 @@ def test_two_workers_in_one_group_train_like_one(demo_assets, ray_local, tmp_pat
     """`ulysses_sequence_parallel_size: 2` on two workers: one data-parallel group of two sequence
     shards trains as one worker does (the first step's loss; every later step close)."""
     from engine.config import JobRequest, Resources, RewardModelConfig, SFTConfig, build_config
-    from engine.reporting import RecordingReporter
-    from engine.reward_model import run_reward_model
-    from engine.sft import run_sft
+    from engine.methods.reward_model import run_reward_model
+    from engine.methods.sft import run_sft
+    from engine.runtime.reporting import RecordingReporter
 
     runs = {}
     for sp, workers in ((1, 1), (2, 2)):
@@ -209,7 +211,7 @@ def test_two_workers_in_one_group_train_like_one(demo_assets, ray_local, tmp_pat
 
 def test_parallel_knobs_are_checked_and_tp_reaches_vllm():
     from engine.config import PPOConfig, Resources, SFTConfig, build_config, check_parallel
-    from engine.rollout import vllm_engine_kwargs
+    from engine.rollout.backends import vllm_engine_kwargs
 
     sft = build_config(SFTConfig, {"ulysses_sequence_parallel_size": 2})
     check_parallel(sft, Resources(num_workers=4))
@@ -239,8 +241,8 @@ def test_ppo_roles_on_two_workers_in_one_group_train_like_one(demo_assets, ray_l
     PPO KL read them), values, entropy and gradient norms (a wrong 1/sp would double them)."""
     from test_ppo import make_request
 
-    from engine.ppo import PPOTrainer
-    from engine.reporting import RecordingReporter
+    from engine.methods.ppo import PPOTrainer
+    from engine.runtime.reporting import RecordingReporter
 
     sp = {"ulysses_sequence_parallel_size": 2}
     algo = ({"algorithm": {"adv_estimator": "grpo", "use_kl_in_reward": False}, "actor": {"use_kl_loss": True}}

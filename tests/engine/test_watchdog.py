@@ -1,4 +1,4 @@
-"""The step watchdog and `trainer.max_duration_s`, for every method (`engine.watchdog`).
+"""The step watchdog and `trainer.max_duration_s`, for every method (`engine.runtime.watchdog`).
 
 A hung loop (here: a report that never returns, as a stuck database write or collective would) fails
 the job with `step_timeout` although the loop never gets back to check anything; a run past its time
@@ -12,7 +12,6 @@ import time
 import pytest
 import torch
 
-from engine.checkpoint import is_complete
 from engine.config import (
     JobRequest,
     Resources,
@@ -21,10 +20,11 @@ from engine.config import (
     build_config,
 )
 from engine.errors import StepTimeout
-from engine.reporting import RecordingReporter
-from engine.reward_model import run_reward_model
-from engine.sft import run_sft
-from engine.watchdog import DURATION_GRACE_S, MaxDurationExceeded, WatchedReporter, run_watched
+from engine.methods.reward_model import run_reward_model
+from engine.methods.sft import run_sft
+from engine.runtime.checkpoint import is_complete
+from engine.runtime.reporting import RecordingReporter
+from engine.runtime.watchdog import DURATION_GRACE_S, MaxDurationExceeded, WatchedReporter, run_watched
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -159,11 +159,11 @@ def test_the_hard_limits_of_the_watching_thread():
 
 @pytest.mark.slow
 def test_the_controller_fails_a_hung_loop_and_frees_ray(demo_assets, ray_local, tmp_path):
-    """Through `engine.jobs.run_job`: the method runs in the controller actor, the watchdog there ends
+    """Through `engine.runtime.jobs.run_job`: the method runs in the controller actor, the watchdog there ends
     the run, and killing the controller frees the CPUs the hung loop held."""
     import ray.cloudpickle
 
-    from engine.jobs import controller_alive, run_job
+    from engine.runtime.jobs import controller_alive, run_job
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actor cannot import tests/
     request = request_for("sft", demo_assets, tmp_path, guardrails={"step_timeout_s": 2.0})

@@ -402,7 +402,7 @@ class Stack:
         from sqlalchemy import select
 
         from core.models import Job
-        from engine.jobs import actor_name
+        from engine.runtime.jobs import actor_name
 
         for proc in (self.worker, self.api, self.redis):
             proc.stop(grace=20)

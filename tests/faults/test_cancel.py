@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 
 from core.models import utcnow
-from engine.jobs import actor_name
+from engine.runtime.jobs import actor_name
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 

@@ -1,6 +1,6 @@
 """Crashes while a checkpoint is written: a half-written checkpoint is never resumed from.
 
-A real process is SIGKILLed in the middle of `engine.checkpoint.atomic_dir`; what it leaves (a
+A real process is SIGKILLed in the middle of `engine.runtime.checkpoint.atomic_dir`; what it leaves (a
 temporary directory), and a `step_<N>` directory without its `COMPLETE` marker, are ignored when a
 re-queued job's request is resolved, and refused by the engine if named explicitly. A complete
 checkpoint the event log does not account for (written by a controller whose reports were already
@@ -26,15 +26,15 @@ from core.ids import new_id
 from core.models import Checkpoint, File, Job, utcnow
 from core.security import get_or_create_project
 from core.storage import get_storage
-from engine.checkpoint import CheckpointError, atomic_dir, latest_checkpoint, step_dir
-from engine.reporting import RecordingReporter
+from engine.runtime.checkpoint import CheckpointError, atomic_dir, latest_checkpoint, step_dir
+from engine.runtime.reporting import RecordingReporter
 from workers.resolve import job_dirs, resolve_request
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 _WRITER = """
 import os, sys, time
-from engine.checkpoint import atomic_dir, step_dir
+from engine.runtime.checkpoint import atomic_dir, step_dir
 with atomic_dir(step_dir(sys.argv[1], int(sys.argv[2]))) as tmp:
     os.makedirs(os.path.join(tmp, "actor"))
     with open(os.path.join(tmp, "actor", "model.safetensors"), "wb") as f:
@@ -119,7 +119,7 @@ def test_a_checkpoint_write_killed_midway_is_never_resumed_from(fault_db, ppo_jo
     assert resume_point(fault_db, ppo_job) == step_2
 
     # Named explicitly, the engine refuses a half-written checkpoint before starting anything.
-    from engine.ppo import run_ppo
+    from engine.methods.ppo import run_ppo
 
     with session_scope(fault_db) as db:
         request = resolve_request(db, db.get(Job, ppo_job))

@@ -26,7 +26,7 @@ from safetensors.torch import load_file
 from sqlalchemy import func, select
 
 from core.models import Checkpoint, Job, utcnow
-from engine.jobs import ORPHAN_GRACE_S, actor_name
+from engine.runtime.jobs import ORPHAN_GRACE_S, actor_name
 from workers.resolve import job_dirs, resolve_request
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -49,9 +49,9 @@ while time.monotonic() < deadline:
 
 _REFERENCE = """
 import pickle, sys
-from engine.cluster import connect
-from engine.ppo import run_ppo
-from engine.reporting import RecordingReporter
+from engine.runtime.cluster import connect
+from engine.methods.ppo import run_ppo
+from engine.runtime.reporting import RecordingReporter
 with open(sys.argv[1], "rb") as f:
     request = pickle.load(f)
 connect(request.ray_address)
@@ -60,7 +60,7 @@ run_ppo(request, RecordingReporter())
 
 
 class Reference:
-    """The uninterrupted run: `engine.ppo.run_ppo` on the job's own resolved request (fresh output and
+    """The uninterrupted run: `engine.methods.ppo.run_ppo` on the job's own resolved request (fresh output and
     checkpoint directories, no resume), in a background Ray driver on the same cluster."""
 
     def __init__(self, stack, job_id: str, out: Path) -> None:

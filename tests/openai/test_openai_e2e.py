@@ -188,7 +188,7 @@ def test_epoch_end_checkpoints_after_the_hold_out(oai, tmp_path, demo_assets, ce
     epoch, so the checkpoints land at steps 4 and 8 (not 5, from all 40 rows) and the job's progress
     ends at epoch 2 of 2."""
     from api.openai.fine_tuning import HOLDOUT_FRACTION
-    from engine.trainer import HOLDOUT_FRACTION as ENGINE_HOLDOUT
+    from engine.methods.supervised import HOLDOUT_FRACTION as ENGINE_HOLDOUT
 
     assert HOLDOUT_FRACTION == ENGINE_HOLDOUT
     chat = [{"messages": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["response"]}]}

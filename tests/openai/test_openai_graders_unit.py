@@ -1,4 +1,4 @@
-"""engine/graders.py and core/finetune_files.py on their own: pure Python, no service."""
+"""engine/rewards/graders.py and core/finetune_files.py on their own: pure Python, no service."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 import pytest
 
 from core import finetune_files as ft
-from engine import graders
-from engine.rewards import get_reward, score_response
+from engine.rewards import graders
+from engine.rewards.rules import get_reward, score_response
 
 CHECK = {"type": "string_check", "name": "c", "input": "{{sample.output_text}}", "reference": "{{item.answer}}",
          "operation": "eq"}

@@ -104,7 +104,7 @@ def test_slow_grader_runs_hold_no_thread_and_are_capped_per_key_and_deployment(
             # sandboxes die with them (PR_SET_PDEATHSIG).
             running = sandboxes()
             for pid, cmd in descendants(os.getpid()).items():
-                if "engine.graders" in cmd:
+                if "engine.rewards.graders" in cmd:
                     os.kill(pid, signal.SIGKILL)
             assert all(f.result().status_code == 500 for f in slow)
         wait_for(lambda: all(gone(pid) for pid in running), "sandboxes outliving their parent")

@@ -25,7 +25,7 @@ def test_a_tiny_job_s_events_name_no_internal_path(client, auth, project_key, tm
     and checkpoints in the artifact store; then a resume from its checkpoint; read back through the API."""
     from engine.config import JobRequest, Resources, SFTConfig, build_config
     from engine.demo import build_demo_assets
-    from engine.sft import run_sft
+    from engine.methods.sft import run_sft
     from workers.reporter import DBReporter
     from workers.resolve import job_dirs
 

@@ -1,4 +1,4 @@
-"""`engine.artifacts` against a real S3 API (moto's server): staging into a node-local cache, cache hits,
+"""`engine.runtime.artifacts` against a real S3 API (moto's server): staging into a node-local cache, cache hits,
 concurrent staging, and uploads that are never visible half-done."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.artifacts import Artifacts, is_remote, join
+from engine.runtime.artifacts import Artifacts, is_remote, join
 
 COMPLETE = "COMPLETE"
 

@@ -16,7 +16,7 @@ from core.db import session_scope
 from core.ids import new_id
 from core.models import Checkpoint, File, Job, Model
 from core.storage import get_storage
-from engine.artifacts import Artifacts, join
+from engine.runtime.artifacts import Artifacts, join
 
 PAIRS = [{"prompt": f"What is {i} + {i}?", "chosen": f"{2 * i}.", "rejected": "No idea."} for i in range(8)]
 

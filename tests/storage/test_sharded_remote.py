@@ -8,12 +8,12 @@ import dataclasses
 import pytest
 import s3fs
 
-from engine.cluster import connect
 from engine.config import JobRequest, Resources, SFTConfig, build_config
 from engine.demo import build_demo_assets
 from engine.errors import Cancelled
-from engine.reporting import RecordingReporter
-from engine.sft import run_sft
+from engine.methods.sft import run_sft
+from engine.runtime.cluster import connect
+from engine.runtime.reporting import RecordingReporter
 
 pytestmark = pytest.mark.slow
 

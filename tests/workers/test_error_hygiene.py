@@ -80,7 +80,7 @@ def test_the_api_shows_the_error_id(project_id, client, db):
     (RuntimeError("psycopg.OperationalError: connection to server at 10.0.3.7 port 5432 failed"), "internal_error"),
     (EngineError("the job controller died: node 10.0.3.7 (ip-10-0-3-7.internal) was lost", code="worker_lost"),
      "worker_lost"),
-    (EngineError("the job controller failed: ray::JobController.run() File \"/app/engine/jobs.py\"",
+    (EngineError("the job controller failed: ray::JobController.run() File \"/app/engine/runtime/jobs.py\"",
                  code="internal_error"), "internal_error"),
     (EngineError("could not reserve 4 workers: PlacementGroup pending on 10.0.3.7", code="resources_unavailable"),
      "resources_unavailable"),

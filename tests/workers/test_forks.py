@@ -170,7 +170,7 @@ def test_a_fork_with_overrides_merges_them_over_the_parents(client, parent):
 
 def test_a_forks_learning_rate_override_is_the_one_it_trains_with(client, parent):
     """The checkpoint's optimizer and scheduler states carry the parent's learning rate: the fork's own
-    wins (`engine.checkpoint.load_state`), rescaling where the schedule stands (warm-up, then linear)."""
+    wins (`engine.runtime.checkpoint.load_state`), rescaling where the schedule stands (warm-up, then linear)."""
     _, key, job_id, _ = parent
     auth = {"Authorization": f"Bearer {key}"}
     r = client.post(f"/v1/jobs/{job_id}/fork", headers=auth, json={"checkpoint": 1, "hyperparameters": {
@@ -230,7 +230,7 @@ def test_a_job_on_ray_records_its_manifest_in_its_controller(client, parent, dem
     it) and written by the reporter it was pickled with."""
     import ray
 
-    from engine.cluster import connect
+    from engine.runtime.cluster import connect
 
     monkeypatch.setattr(tasks, "connect", connect)  # a local Ray in this process, as a worker joins one
     joined = ray.is_initialized()

@@ -19,7 +19,7 @@ from sqlalchemy import select
 
 from core.db import session_scope
 from core.models import Checkpoint
-from engine.jobs import actor_name
+from engine.runtime.jobs import actor_name
 from workers.reporter import TERMINAL
 from workers.resolve import job_dirs
 

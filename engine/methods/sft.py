@@ -17,11 +17,12 @@ import torch
 from torch import nn
 
 from engine import data as data_lib
-from engine import models, packing, ulysses
+from engine import models, packing
 from engine.algos.logits import log_probs_from_logits
 from engine.config import JobRequest, JobResult, SFTConfig
-from engine.reporting import Reporter
-from engine.trainer import run_supervised
+from engine.methods.supervised import run_supervised
+from engine.runtime import ulysses
+from engine.runtime.reporting import Reporter
 
 
 def response_token_count(example: data_lib.SFTExample) -> int:
@@ -57,7 +58,7 @@ def _packed_loss_sum(model: nn.Module, packed: packing.Packed,
                      prompt_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`sft_loss_sum` on one packed row: token k predicts token k + 1 when both are in the same
     sequence and k + 1 is a response token. Under Ulysses sequence parallelism each rank of the
-    group computes the logits of `1/sp` of the tokens and the sums are the group's (`engine.ulysses`)."""
+    group computes the logits of `1/sp` of the tokens and the sums are the group's (`engine.runtime.ulysses`)."""
     targets = packed.input_ids[0, 1:]
     rows, cols = packed.padded_index(targets.device)
     mask = (rows[1:] == rows[:-1]) & (cols[1:] >= prompt_lens[rows[1:]])
@@ -84,7 +85,7 @@ def _correct(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) ->
 
 
 class SFTTask:
-    """`engine.trainer.Task` for SFT."""
+    """`engine.methods.supervised.Task` for SFT."""
 
     data_kind = "sft"
     row_cost = 1

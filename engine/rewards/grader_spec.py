@@ -8,7 +8,7 @@ import math
 import re
 from typing import Any
 
-from engine.grading.formula import FUNCTIONS, parse_formula
+from engine.rewards.formula import FUNCTIONS, parse_formula
 
 TYPES = ("string_check", "text_similarity", "multi", "python", "score_model")
 OPERATIONS = ("eq", "ne", "like", "ilike")

@@ -37,12 +37,12 @@ class Reporter(Protocol):
 
     def heartbeat(self, step: int | None = None) -> None:
         """The training loop is alive, at `step`: called at every step (and phase) boundary. The
-        step watchdog times steps by it (`engine.watchdog`); the service also beats for the
+        step watchdog times steps by it (`engine.runtime.watchdog`); the service also beats for the
         controller with it. Cheap: implementations throttle what they write."""
 
     def manifest(self, data: Mapping[str, Any]) -> None:
-        """What this attempt runs with, as the node sees it (`engine.manifest.collect`), recorded when
-        it starts. Optional: `engine.manifest.record` skips a reporter without it."""
+        """What this attempt runs with, as the node sees it (`engine.runtime.manifest.collect`), recorded when
+        it starts. Optional: `engine.runtime.manifest.record` skips a reporter without it."""
 
 
 class RecordingReporter:

@@ -1,5 +1,5 @@
 """The sandboxed side of a `python` grader: run as a script (`python -I <this file>`) by
-engine.grading.sandbox, in a fresh temporary directory, with an empty environment. Standard library
+engine.rewards.sandbox, in a fresh temporary directory, with an empty environment. Standard library
 only: the project's packages must not be importable from in here.
 
 Reads one JSON request on stdin (`source`, `samples`, `items`, `limits`, `audit`), confines itself,

@@ -4,7 +4,7 @@ One driver loop, read top to bottom: prepare, set up, resume, then per step: tra
 due, report, checkpoint when due, stop when cancelled (checkpoint, then stop, when paused); finally check the method's gate and save.
 The per-method parts (which model, how examples are tokenized, the loss) live in a `Task` class;
 the data-parallel worker (`SupervisedWorker`) is a plain class, run in-process for one worker or as
-Ray actors for several (`engine.distributed`).
+Ray actors for several (`engine.runtime.distributed`).
 
 Data order and exact resume: the rows of global step `s` (1-based) are a function of the seed and
 `s` alone: epoch `e = (s - 1) // steps_per_epoch` is a permutation drawn from `(seed, e)`, and the
@@ -29,9 +29,12 @@ import torch
 from torch import nn
 
 from engine import data as data_lib
-from engine import models, packing, sharding, ulysses
-from engine.artifacts import Artifacts, for_request, is_remote, join, localize
-from engine.checkpoint import (
+from engine import models, packing
+from engine.config import JobRequest, JobResult, check_parallel
+from engine.errors import Cancelled, ConfigError, DataError, Paused
+from engine.runtime import sharding, ulysses
+from engine.runtime.artifacts import Artifacts, for_request, is_remote, join, localize
+from engine.runtime.checkpoint import (
     COMPLETE,
     HF_EXPORT,
     CheckpointError,
@@ -42,8 +45,7 @@ from engine.checkpoint import (
     save_state,
     step_dir,
 )
-from engine.config import JobRequest, JobResult, check_parallel
-from engine.distributed import (
+from engine.runtime.distributed import (
     TorchThreads,
     all_reduce_grads,
     all_reduce_sum,
@@ -55,11 +57,10 @@ from engine.distributed import (
     rendezvous,
     worker_threads,
 )
-from engine.errors import Cancelled, ConfigError, DataError, Paused
-from engine.precision import Precision
-from engine.reporting import Reporter
+from engine.runtime.precision import Precision
+from engine.runtime.reporting import Reporter
+from engine.runtime.watchdog import MaxDurationExceeded
 from engine.schedule import build_optimizer, build_scheduler
-from engine.watchdog import MaxDurationExceeded
 
 HOLDOUT_FRACTION = 0.1
 """Share of the training rows held out for validation when the request has no validation file."""
@@ -195,7 +196,7 @@ class SupervisedWorker:
         torch.manual_seed(seed)  # fresh heads and LoRA weights: identical on every replica
         self.model, self.tokenizer = self.task.load_model()
         self.model.to(self.device)
-        # Sequence parallelism: groups of `sp` ranks share rows and split their tokens (`engine.ulysses`).
+        # Sequence parallelism: groups of `sp` ranks share rows and split their tokens (`engine.runtime.ulysses`).
         self.sp = ulysses.layout(getattr(self.cfg, "ulysses_sequence_parallel_size", 1), self.rank, self.world_size)
         ulysses.enable(self.model, self.sp)
         self.model.train()
@@ -220,7 +221,7 @@ class SupervisedWorker:
         return self.plan
 
     def _shard(self) -> sharding.Sharded | None:
-        """`model.strategy: fsdp2` with several workers: shard the model (`engine.sharding`)."""
+        """`model.strategy: fsdp2` with several workers: shard the model (`engine.runtime.sharding`)."""
         if self.cfg.model.strategy != "fsdp2" or self.world_size == 1:
             return None
         if hasattr(self.task, "group_overhead"):

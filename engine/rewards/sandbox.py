@@ -4,7 +4,7 @@ Why a process per batch (not a persistent worker per job): nothing a grader does
 (globals, monkey-patching, leaked memory, a file in its temporary directory) survives into the next
 training step, a crash costs one batch at most, and the cost is small (about 0.2 s to start and
 confine an interpreter, next to a PPO step's seconds). The confinement itself is
-engine/grading/sandboxed.py (the child's side); this module starts it, feeds it the batch, enforces the
+engine/rewards/sandboxed.py (the child's side); this module starts it, feeds it the batch, enforces the
 per-sample time limits from outside, and turns what came back into one `Outcome` per sample.
 
 Limits (`Limits`): per sample, `cpu_s` CPU seconds (read from /proc while it runs) and `wall_s` seconds
@@ -107,7 +107,7 @@ def run_python(source: str, samples: Sequence[dict[str, Any]], items: Sequence[d
 
 
 def probe(limits: Limits = Limits()) -> dict[str, str]:
-    """Which confinement layers hold on this machine (`python -m engine.grading.sandbox` prints it):
+    """Which confinement layers hold on this machine (`python -m engine.rewards.sandbox` prints it):
     each layer's detail, or `unavailable: <why>`."""
     found: dict[str, str] = {}
     _one_process("def grade(sample, item):\n    return 0\n", [{}], [{}], [0], limits, True, found)

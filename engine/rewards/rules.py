@@ -32,7 +32,7 @@ the registered name itself (`gsm8k`) or an alias (`openai/gsm8k`).
 
 Adding your own: register a function under a name with the decorator::
 
-    from engine.rewards import register_reward
+    from engine.rewards.rules import register_reward
 
     @register_reward("shouting")
     def shouting(response, ground_truth, **info):
@@ -58,7 +58,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from engine.errors import ConfigError, DataError
-from engine.graders import grader_reward, job_grader
+from engine.rewards.graders import grader_reward, job_grader
 
 RewardFn = Callable[..., float]
 ENTRY_POINT_GROUP = "keel.rewards"

@@ -19,7 +19,7 @@ and raises `Paused` (`reporter.should_pause()`). Only a controller that has not 
 `pause_grace_s` after the request (a hung loop) is killed; `Paused` is raised then too, and the job
 resumes from its newest checkpoint.
 
-Inside the controller the method runs under `engine.watchdog.run_watched`: a step past its timeout,
+Inside the controller the method runs under `engine.runtime.watchdog.run_watched`: a step past its timeout,
 or the run past `trainer.max_duration_s`, fails the job even when the loop is hung (the controller
 returns the error; killing it then frees what the hung loop holds).
 
@@ -37,28 +37,28 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from engine.cluster import code_options, connect, get_unwrapped
 from engine.config import JobRequest, JobResult
 from engine.errors import Cancelled, ConfigError, EngineError, Paused
-from engine.manifest import record as record_manifest
-from engine.reporting import Reporter
-from engine.watchdog import limits, run_watched
+from engine.runtime.cluster import code_options, connect, get_unwrapped
+from engine.runtime.manifest import record as record_manifest
+from engine.runtime.reporting import Reporter
+from engine.runtime.watchdog import limits, run_watched
 
 log = logging.getLogger(__name__)
 
 NAMESPACE = "keel"
 ENTRY_POINTS: dict[str, tuple[str, str]] = {
-    "sft": ("engine.sft", "run_sft"),
-    "reward_model": ("engine.reward_model", "run_reward_model"),
-    "rm_distill": ("engine.reward_model", "run_rm_distill"),
-    "dpo": ("engine.dpo", "run_dpo"),
-    "ppo": ("engine.ppo", "run_ppo"),
-    "eval": ("engine.evaluate", "run_eval"),
+    "sft": ("engine.methods.sft", "run_sft"),
+    "reward_model": ("engine.methods.reward_model", "run_reward_model"),
+    "rm_distill": ("engine.methods.reward_model", "run_rm_distill"),
+    "dpo": ("engine.methods.dpo", "run_dpo"),
+    "ppo": ("engine.methods.ppo", "run_ppo"),
+    "eval": ("engine.methods.evaluate", "run_eval"),
 }
 """Method name -> (module, function); imported only when a job of that method runs."""
 IN_CONTROLLER = frozenset({"sft", "reward_model", "rm_distill", "dpo"})
 """Methods that train in the calling process when `resources.num_workers == 1` (the default of
-`engine.distributed.make_group`); PPO always starts role actors."""
+`engine.runtime.distributed.make_group`); PPO always starts role actors."""
 POLL_S = 1.0
 """How often the caller checks for completion and for a stop request."""
 START_TIMEOUT_S = 600.0

@@ -49,7 +49,6 @@ from typing import Any
 
 import torch
 
-from engine import experience
 from engine.algos import (
     AdaptiveKLController,
     FixedKLController,
@@ -58,12 +57,8 @@ from engine.algos import (
     masked_mean,
 )
 from engine.algos.correction import logprob_gap
-from engine.artifacts import for_request, is_remote, join
-from engine.checkpoint import COMPLETE, CheckpointError, atomic_dir, step_dir
-from engine.cluster import connect
 from engine.config import JobRequest, JobResult, PPOConfig, check_parallel
 from engine.data import PromptExample, load_rows, tokenize_prompts
-from engine.distributed import start_group
 from engine.errors import Cancelled, ConfigError, DataError, Diverged, Paused, StepTimeout
 from engine.guardrails import (
     ReplayBuffer,
@@ -75,12 +70,17 @@ from engine.guardrails import (
     reward_filter_mask,
     sequence_mean_kl,
 )
+from engine.methods import ppo_experience as experience
 from engine.models import load_tokenizer
-from engine.reporting import Reporter
-from engine.rewards import rule_reward_kwargs
+from engine.rewards.rules import rule_reward_kwargs
 from engine.roles.batch import build_batch, concat, select, shard_rows
-from engine.rollout import row_seed, vllm_available
-from engine.watchdog import MaxDurationExceeded
+from engine.rollout.backends import row_seed, vllm_available
+from engine.runtime.artifacts import for_request, is_remote, join
+from engine.runtime.checkpoint import COMPLETE, CheckpointError, atomic_dir, step_dir
+from engine.runtime.cluster import connect
+from engine.runtime.distributed import start_group
+from engine.runtime.reporting import Reporter
+from engine.runtime.watchdog import MaxDurationExceeded
 
 STARTUP_TIMEOUT_S = 900.0
 """Reserving resources and loading every role's model (not a training step: no step watchdog)."""
@@ -361,7 +361,7 @@ class PPOTrainer:
         return getattr(self.cfg, role).ulysses_sequence_parallel_size
 
     def _sharded(self, role: str) -> bool:
-        """True when `role` runs FSDP2 over several workers (`engine.sharding`)."""
+        """True when `role` runs FSDP2 over several workers (`engine.runtime.sharding`)."""
         if role == "critic" and not self.use_critic:
             return False
         return self.num_workers > 1 and getattr(self.cfg, role).strategy == "fsdp2"

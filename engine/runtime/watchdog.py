@@ -20,7 +20,7 @@ While the loop is within its step budget the watching thread also beats for the 
 (`reporter.heartbeat()` about every `POLL_S`; the service's reporter throttles the writes): the
 job's liveness then measures the controller and its training, not just the worker process.
 
-No torch here: `engine.jobs` imports this module before the method's own.
+No torch here: `engine.runtime.jobs` imports this module before the method's own.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 
 from engine.config import JobRequest, JobResult
 from engine.errors import EngineError, StepTimeout
-from engine.reporting import Reporter
+from engine.runtime.reporting import Reporter
 
 POLL_S = 1.0
 """How often the watching thread looks (and beats for the controller)."""

@@ -154,7 +154,7 @@ class Artifacts:
 
     def remove(self, ref: str, marker: str = "COMPLETE") -> None:
         """Delete a remote directory, its `marker` first (a reader never sees a complete but
-        shrinking copy). Local references are left to their writers (`engine.checkpoint.atomic_dir`)."""
+        shrinking copy). Local references are left to their writers (`engine.runtime.checkpoint.atomic_dir`)."""
         if not is_remote(ref):
             raise ValueError(f"remove() takes a remote reference, not {ref!r}")
         fs, path = self._fs(ref)

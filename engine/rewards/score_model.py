@@ -76,7 +76,7 @@ class ScoreModels:
         paths: `model` reference -> a directory (or a URL that `stage` turns into one).
         device: where they run (the Reward worker's device).
         dtype: their compute dtype (the job's `model.dtype`).
-        stage: makes a reference local (engine.artifacts); None: paths are local already.
+        stage: makes a reference local (engine.runtime.artifacts); None: paths are local already.
     """
 
     def __init__(self, paths: Mapping[str, str], *, device: Any = "cpu", dtype: str = "float32",
@@ -144,7 +144,7 @@ class ScoreModels:
                low: float, high: float) -> list[Judgement]:
         import torch
 
-        from engine.rollout import eos_token_ids
+        from engine.rollout.backends import eos_token_ids
 
         tokenizer = loaded.tokenizer
         new_tokens = sampling.get("max_completions_tokens") or DEFAULT_MAX_TOKENS

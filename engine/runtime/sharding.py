@@ -39,9 +39,9 @@ import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from engine.artifacts import Artifacts, is_remote
-from engine.checkpoint import COMPLETE, CheckpointError, atomic_dir
 from engine.config import FSDPConfig
+from engine.runtime.artifacts import Artifacts, is_remote
+from engine.runtime.checkpoint import COMPLETE, CheckpointError, atomic_dir
 
 SHARDS_META = "shards.json"
 """Marks a sharded checkpoint: strategy and world size."""
@@ -251,7 +251,7 @@ def save_shards(directory: str, name: str, model: nn.Module, optimizer: torch.op
 
 def save_sharded_checkpoint(path: str, write_shards: Callable[[str], None],
                             write_rank0: Callable[[str], None], artifacts: Artifacts | None = None) -> str:
-    """Every worker writes its shards into one atomic directory (`engine.checkpoint.atomic_dir`,
+    """Every worker writes its shards into one atomic directory (`engine.runtime.checkpoint.atomic_dir`,
     entered by rank 0, whose temporary name is broadcast); rank 0 also writes the replicated rest
     (schedulers, RNG, loop state) and marks the directory complete once all shards are in.
 

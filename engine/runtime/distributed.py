@@ -23,9 +23,9 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from engine.cluster import code_options, connect, running_ray
 from engine.config import Resources
 from engine.errors import EngineError
+from engine.runtime.cluster import code_options, connect, running_ray
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -152,7 +152,7 @@ def all_reduce_grads(params: Iterable[torch.nn.Parameter]) -> None:
     already scaled its loss by the global normaliser)."""
     if world_size() == 1:
         return
-    # Sharded (DTensor) gradients were already reduce-scattered by FSDP2 (`engine.sharding`).
+    # Sharded (DTensor) gradients were already reduce-scattered by FSDP2 (`engine.runtime.sharding`).
     grads = [p.grad for p in params if p.grad is not None and not hasattr(p.grad, "device_mesh")]
     bucket: list[torch.Tensor] = []
     size = 0

@@ -22,12 +22,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine import data as data_lib
-from engine import models, packing, pair_scores
-from engine.artifacts import content_digest, for_request, join
+from engine import models, packing
 from engine.config import JobRequest, JobResult, ModelConfig, RewardModelConfig, RMDistillConfig
 from engine.errors import ConfigError, DataError, GateFailed
-from engine.reporting import Reporter
-from engine.trainer import run_supervised, split_rows
+from engine.methods import pair_scores
+from engine.methods.supervised import run_supervised, split_rows
+from engine.runtime.artifacts import content_digest, for_request, join
+from engine.runtime.reporting import Reporter
 
 TEACHER_SCORES = "teacher_scores.parquet"
 """The teacher's scores of every train/val pair, written once beside the checkpoints."""
@@ -146,7 +147,7 @@ class _PairTask:
 # --- Bradley-Terry ------------------------------------------------------------------------------------
 
 class RewardModelTask(_PairTask):
-    """`engine.trainer.Task` for Bradley-Terry reward-model training."""
+    """`engine.methods.supervised.Task` for Bradley-Terry reward-model training."""
 
     stat_keys = ("loss_sum", "pairs", "correct", "margin_sum", "chosen_sum", "rejected_sum",
                  "real_tokens", "padded_tokens")
@@ -197,7 +198,7 @@ class ScoredPair:
 
 
 def teacher_scores_path(request: JobRequest) -> str:
-    """Beside the checkpoints: a local path or a URL (`engine.artifacts`)."""
+    """Beside the checkpoints: a local path or a URL (`engine.runtime.artifacts`)."""
     return join(request.checkpoint_dir, TEACHER_SCORES)
 
 
@@ -214,7 +215,7 @@ def _teacher_fingerprint(request: JobRequest) -> str:
 
 
 class DistillTask(_PairTask):
-    """`engine.trainer.Task` for reward-model distillation (student learns the teacher's pairwise
+    """`engine.methods.supervised.Task` for reward-model distillation (student learns the teacher's pairwise
     preference probabilities, from teacher scores computed once in `prepare`)."""
 
     stat_keys = ("loss_sum", "kl_sum", "agree", "pairs", "real_tokens", "padded_tokens")

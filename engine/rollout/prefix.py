@@ -8,7 +8,7 @@ computing it once halves the tokens through the model at `n = 4`. Gradients are 
 prompt position's contribution from each sample adds up in its one copy), so log-probs, losses and
 gradients equal the per-row forward's to float rounding.
 
-Supported: on CPU, the models `engine.decode` runs (Llama, Qwen2, Mistral, plain or PEFT-wrapped, no
+Supported: on CPU, the models `engine.rollout.decode` runs (Llama, Qwen2, Mistral, plain or PEFT-wrapped, no
 forward hooks, no sharded parameters), without gradient checkpointing (this forward keeps every
 activation) and, in train mode, without dropout. Anything else goes through
 `engine.models.logits_at`.
@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from engine import decode
+from engine.rollout import decode
 
 
 def left_padded_prompts(input_ids: torch.Tensor, prompt_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

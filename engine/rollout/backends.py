@@ -28,10 +28,10 @@ from typing import Any, Protocol
 
 import torch
 
-from engine import decode
 from engine.config import PPOConfig
 from engine.data import pad
 from engine.errors import EngineError
+from engine.rollout import decode
 
 _M32 = 0xFFFFFFFF
 _MIX = 0x45D9F3B
@@ -157,7 +157,7 @@ class HFRollout:
         pad_token_id: filler after a row has stopped.
         eos_token_ids: ids that end a response (kept as its last token).
         max_batch_size: rows per forward (None: all at once).
-        lean: decode with `engine.decode` where it supports the model (same logits to float
+        lean: decode with `engine.rollout.decode` where it supports the model (same logits to float
             rounding, far fewer ops per token); False, or a model it refuses: the transformers forward.
     """
 
@@ -234,7 +234,7 @@ class HFRollout:
 
 
 class _TransformersDecoder:
-    """The transformers forward behind `engine.decode.Decoder`'s interface (`prefill`, then `step`
+    """The transformers forward behind `engine.rollout.decode.Decoder`'s interface (`prefill`, then `step`
     per sampled token), for models that module does not take."""
 
     def __init__(self, model: torch.nn.Module) -> None:
@@ -417,7 +417,7 @@ def join_process_group(device: torch.device) -> None:
     joined Keel's group; a single worker gets a group of one."""
     import torch.distributed as dist
 
-    from engine import distributed
+    from engine.runtime import distributed
 
     if not dist.is_initialized():
         distributed.init_process_group(0, 1, distributed.rendezvous(), device)

@@ -52,7 +52,7 @@ def code_options() -> dict[str, Any]:
         importlib.metadata.distribution("keel-rlhf")
         return {}
     except importlib.metadata.PackageNotFoundError:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         return {"runtime_env": {"env_vars": {"PYTHONPATH": pythonpath}}}
 

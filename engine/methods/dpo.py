@@ -8,7 +8,7 @@ once, on rank 0 before training (`DPOTask.prepare`), and cached beside the check
 made of content hashes of the reference's files and of the data plus the tokenization settings: a
 resumed or repeated run reuses them, a changed reference (even one of the same size) recomputes them.
 
-Everything else is the shared supervised loop (`engine.trainer`): token-budget micro-batches,
+Everything else is the shared supervised loop (`engine.methods.supervised`): token-budget micro-batches,
 packing, mixed precision, LoRA, data parallelism, checkpoints and exact resume. The output is a
 policy, saved like SFT's.
 """
@@ -26,15 +26,16 @@ import torch
 from torch import nn
 
 from engine import data as data_lib
-from engine import models, packing, pair_scores
+from engine import models, packing
 from engine.algos.logits import log_probs_from_logits
 from engine.algos.preference import dpo_loss
-from engine.artifacts import content_digest, for_request, join
 from engine.config import DPOConfig, JobRequest, JobResult
 from engine.errors import DataError
-from engine.precision import autocast
-from engine.reporting import Reporter
-from engine.trainer import run_supervised, split_rows
+from engine.methods import pair_scores
+from engine.methods.supervised import run_supervised, split_rows
+from engine.runtime.artifacts import content_digest, for_request, join
+from engine.runtime.precision import autocast
+from engine.runtime.reporting import Reporter
 
 REFERENCE_LOGPS = "reference_logps.parquet"
 """The reference's response log-prob sums of every train/val pair, written once beside the checkpoints."""
@@ -78,12 +79,12 @@ def response_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask
 # --- the reference cache ------------------------------------------------------------------------------
 
 def reference_logps_path(request: JobRequest) -> str:
-    """Beside the checkpoints: a local path or a URL (`engine.artifacts`)."""
+    """Beside the checkpoints: a local path or a URL (`engine.runtime.artifacts`)."""
     return join(request.checkpoint_dir, REFERENCE_LOGPS)
 
 
 def model_digest(path: str) -> str:
-    """Content hash of a model directory (`engine.artifacts.content_digest`: every file's relative
+    """Content hash of a model directory (`engine.runtime.artifacts.content_digest`: every file's relative
     name and bytes: weights, config, tokenizer), and for an adapter directory its base model's too.
     A hub id is its name (Keel cannot read a hub model's files before loading it)."""
     if not os.path.isdir(path):
@@ -107,7 +108,7 @@ def reference_key(request: JobRequest) -> str:
 
 
 def read_reference_logps(path: str) -> tuple[str | None, dict[str, tuple[np.ndarray, np.ndarray]]]:
-    """(key, {split: (chosen sums, rejected sums)}) of a cache file (`engine.pair_scores`)."""
+    """(key, {split: (chosen sums, rejected sums)}) of a cache file (`engine.methods.pair_scores`)."""
     return pair_scores.read(path)
 
 
@@ -123,7 +124,7 @@ class DPOExample:
 
 
 class DPOTask:
-    """`engine.trainer.Task` for DPO / cDPO / IPO."""
+    """`engine.methods.supervised.Task` for DPO / cDPO / IPO."""
 
     data_kind = "preference"
     row_cost = 2  # chosen and rejected: two sequences per pair in a micro-batch

@@ -12,7 +12,7 @@ most of its tensors changes the fingerprint). It is cached per directory by the 
 modification times, in this process and on disk (`<artifact cache>/model-fingerprints`), so a model
 is read once per node.
 
-No torch or Ray import at module level: `engine.jobs` imports this module (the local executor runs
+No torch or Ray import at module level: `engine.runtime.jobs` imports this module (the local executor runs
 without Ray: Ray is only read when the process already joined it).
 """
 
@@ -28,9 +28,9 @@ import platform
 import tempfile
 from typing import Any
 
-from engine.artifacts import is_remote
-from engine.cluster import running_ray
 from engine.config import JobRequest, config_to_dict
+from engine.runtime.artifacts import is_remote
+from engine.runtime.cluster import running_ray
 
 log = logging.getLogger(__name__)
 

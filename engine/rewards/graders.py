@@ -1,6 +1,6 @@
 """OpenAI-style graders: the reward of reinforcement fine-tuning, and `graders/run`.
 
-A grader is a JSON object (OpenAI's shapes; validation in engine/grading/spec.py names the bad field):
+A grader is a JSON object (OpenAI's shapes; validation in engine/rewards/grader_spec.py names the bad field):
 
 - `string_check`: `{"type", "name", "input", "reference", "operation": eq | ne | like | ilike}` -> 1.0 or
   0.0 (`like`: `reference` occurs in `input`; `ilike`: the same, ignoring case).
@@ -8,20 +8,20 @@ A grader is a JSON object (OpenAI's shapes; validation in engine/grading/spec.py
   `fuzzy_match` (rapidfuzz's normalised Indel ratio), `bleu`, `gleu`, `meteor` (nltk; METEOR with exact
   and stem matches only: WordNet synonyms are not available offline), `rouge_1` .. `rouge_5`, `rouge_l`
   (rouge-score, F-measure). `cosine` needs an embedding model and is refused. Texts over a metric's size
-  (engine/grading/similarity.py `LIMITS`: `rouge_l` 2,000 words, `fuzzy_match` 100,000 characters, the
+  (engine/rewards/similarity.py `LIMITS`: `rouge_l` 2,000 words, `fuzzy_match` 100,000 characters, the
   others 50,000 words, per side) fail the sample (`other_error`).
 - `multi`: `{"type", "name", "graders": {name: grader}, "calculate_output": "0.5 * a + 0.5 * b"}`: the
-  formula is parsed with `ast` (engine/grading/formula.py) and may use numbers, the graders' names,
+  formula is parsed with `ast` (engine/rewards/formula.py) and may use numbers, the graders' names,
   `+ - * / **`, unary signs and `min`, `max`, `abs`, `round` (never `eval`). A member that fails fails
   the sample.
 - `python`: `{"type", "name", "source", "image_tag"?}`: `grade(sample, item)` of the source, in a fresh
-  sandboxed process per batch (engine/grading/sandbox.py and sandboxed.py: resource limits, user+net
+  sandboxed process per batch (engine/rewards/sandbox.py and sandboxed.py: resource limits, user+net
   namespaces, Landlock, seccomp, an audit hook). Off unless the deployment allows it
   (`KEEL_ALLOW_PYTHON_GRADERS`; the worker passes `Context.python`): else `python_graders_disabled`.
   `image_tag` is accepted and ignored (the worker's own Python runs the grader).
 - `score_model`: `{"type", "name", "model", "input": [messages], "range"?, "sampling_params"?}`: a Keel
   model scores the sample: a reward model's scalar through a sigmoid into `range`, or a policy used as
-  a judge whose first number, clamped to `range`, is the score (engine/grading/score_model.py). The
+  a judge whose first number, clamped to `range`, is the score (engine/rewards/score_model.py). The
   model is loaded once per process and reused for every batch.
 
 Templates: `{{sample.output_text}}` (the response), `{{sample.output_json.<field>}}`, and
@@ -32,10 +32,10 @@ A sample a grader cannot score (a missing field, a python grader that raises, re
 not a finite number or exceeds a limit, a judge without a number) scores 0.0, with the reason in
 `Result.error`: OpenAI's error flags (`errors_object`) in `graders/run`'s `metadata.errors`.
 
-The reward function `grader` (registered in engine.rewards) takes the grader as the JSON string option
+The reward function `grader` (registered in engine.rewards.rules) takes the grader as the JSON string option
 `grader` and the dataset row as JSON in `ground_truth` (a `ground_truth` that is not a JSON object is
 the item `{"ground_truth": ...}`); the PPO Reward role scores whole batches with `job_grader`.
-`python -m engine.graders` reads `{"op": "validate" | "run", "grader", "item", "model_sample",
+`python -m engine.rewards.graders` reads `{"op": "validate" | "run", "grader", "item", "model_sample",
 "python": limits | null, "models": {model: path}, "limits": {"memory_mb", "cpu_s"}}` on stdin and writes the
 result as JSON: how the API validates and runs graders without importing the engine. `limits` become the
 process's own soft RLIMIT_AS and RLIMIT_CPU (soft only: a python grader's sandbox, its child, sets its own
@@ -58,10 +58,8 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from engine.errors import ConfigError
-from engine.grading.formula import evaluate, parse_formula
-from engine.grading.sandbox import Limits, run_python
-from engine.grading.similarity import TooLong, similarity, string_check
-from engine.grading.spec import (
+from engine.rewards.formula import evaluate, parse_formula
+from engine.rewards.grader_spec import (
     METRICS,
     OPERATIONS,
     TYPES,
@@ -73,6 +71,8 @@ from engine.grading.spec import (
     template_refs,
     validate,
 )
+from engine.rewards.sandbox import Limits, run_python
+from engine.rewards.similarity import TooLong, similarity, string_check
 
 __all__ = ["METRICS", "OPERATIONS", "TYPES", "Context", "Grader", "GraderError", "Limits", "Result", "grade",
            "grader_reward", "item_fields", "item_of", "job_grader", "model_refs", "render", "run", "sample_of",
@@ -140,7 +140,7 @@ class Grader:
         self.spec, self.context = spec, context
         self.models = None
         if refs:
-            from engine.grading.score_model import ScoreModels
+            from engine.rewards.score_model import ScoreModels
 
             self.models = ScoreModels(context.models, device=context.device, dtype=context.dtype,
                                       stage=context.stage)
@@ -306,7 +306,7 @@ def job_grader(options: Mapping[str, Any], grading: Mapping[str, Any] | None, **
         raise ConfigError(e.message, code=e.code, param=e.param.replace("grader", REWARD_PARAM, 1)) from None
 
 
-# --- `python -m engine.graders`: the API's way in ---------------------------------------------------
+# --- `python -m engine.rewards.graders`: the API's way in ---------------------------------------------------
 
 def run(request: dict[str, Any]) -> dict[str, Any]:
     """OpenAI's `graders/run` and `graders/validate` answers, or `{"error": {message, param, code}}`.
@@ -341,7 +341,7 @@ def _stager(storage: dict[str, Any] | None) -> Callable[[str], str] | None:
     """Score models kept in a remote store are staged like a job's artifacts."""
     if not storage:
         return None
-    from engine.artifacts import Artifacts
+    from engine.runtime.artifacts import Artifacts
 
     return Artifacts(options=dict(storage.get("options") or {}), cache_dir=storage.get("cache_dir")).stage
 
