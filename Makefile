@@ -22,6 +22,7 @@ $(VENV)/.installed-runtime: pyproject.toml $(VENV)/.created
 
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.created
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q --no-deps 'tinker-cookbook==0.6.*'  # see pyproject's dev list
 	touch $@
 
 run: $(VENV)/.installed-runtime
