@@ -1,6 +1,7 @@
 """The training methods, one module per job method, each a readable entry point `run_<method>(request,
-reporter)` (like verl's trainers or torchtune's recipes): `sft`, `reward_model` (Bradley-Terry and
-`rm_distill`), `dpo`, `ppo` (the single-controller loop over `engine.roles`) and `evaluate`.
+reporter)` (like verl's trainers or torchtune's recipes): `sft`, `reward_model` (Bradley-Terry),
+`rm_distill` (a teacher reward model distilled into a student), `dpo`, `ppo` (the single-controller
+loop over `engine.roles`) and `evaluate`.
 
 `supervised` is the loop that SFT, reward-model training and distillation share; `pair_scores` caches
 what a pair method computes once before training; `ppo_experience` turns a PPO step's rollouts into

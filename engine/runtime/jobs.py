@@ -50,7 +50,7 @@ NAMESPACE = "keel"
 ENTRY_POINTS: dict[str, tuple[str, str]] = {
     "sft": ("engine.methods.sft", "run_sft"),
     "reward_model": ("engine.methods.reward_model", "run_reward_model"),
-    "rm_distill": ("engine.methods.reward_model", "run_rm_distill"),
+    "rm_distill": ("engine.methods.rm_distill", "run_rm_distill"),
     "dpo": ("engine.methods.dpo", "run_dpo"),
     "ppo": ("engine.methods.ppo", "run_ppo"),
     "eval": ("engine.methods.evaluate", "run_eval"),

@@ -258,7 +258,8 @@ def test_filter_overlong_prompts_drops_rows(tok):
 def _task_tokenize(method: str, tok, rows: list[dict], **data) -> list:
     from engine.config import METHOD_CONFIGS, JobRequest, build_config
     from engine.methods.dpo import DPOTask
-    from engine.methods.reward_model import DistillTask, RewardModelTask
+    from engine.methods.reward_model import RewardModelTask
+    from engine.methods.rm_distill import DistillTask
     from engine.methods.sft import SFTTask
 
     config = build_config(METHOD_CONFIGS[method], {"data": data})

@@ -11,7 +11,8 @@ import torch
 from engine import models
 from engine.config import JobRequest, RewardModelConfig, RMDistillConfig, build_config
 from engine.errors import GateFailed
-from engine.methods.reward_model import TEACHER_SCORES, bernoulli_kl, run_reward_model, run_rm_distill
+from engine.methods.reward_model import run_reward_model
+from engine.methods.rm_distill import TEACHER_SCORES, bernoulli_kl, run_rm_distill
 from engine.runtime.reporting import RecordingReporter
 
 
@@ -121,7 +122,7 @@ def test_teacher_cache_key_follows_the_teachers_content(demo_assets, teacher, tm
     """Retrained teacher weights keep their file names and sizes: the cached scores must not be reused."""
     import shutil
 
-    from engine.methods.reward_model import _teacher_fingerprint
+    from engine.methods.rm_distill import _teacher_fingerprint
 
     copy = tmp_path / "teacher"
     shutil.copytree(teacher, copy)
