@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.schemas.hyperparameters import Strict, _one_error
+from api.schemas.hyperparameters.fields import Strict, _one_error
 
 CheckpointRef = Annotated[Annotated[str, Field(min_length=1, max_length=64, pattern=r"^ckpt-")] | Annotated[int, Field(ge=1)],
                           _one_error("must be a checkpoint id (ckpt-...) or a step (a positive integer)")]
