@@ -203,7 +203,7 @@ def step_cost(model: str, prompts: str, *, batch: int, response_length: int, pro
     from engine.models import load_tokenizer
     from engine.roles.actor import ActorRollout
     from engine.roles.critic import Critic
-    from engine.rollout.backends import row_seed
+    from engine.rollout.sampling import row_seed
 
     cfg = build_request(model, model, prompts, "/nonexistent", batch=batch, response_length=response_length,
                         prompt_length=prompt_length, steps=repeat + 1, epochs=epochs, dtype=dtype,

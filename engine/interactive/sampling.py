@@ -1,4 +1,4 @@
-"""`sample`: draw continuations with `engine.rollout.backends.HFRollout` (KV cache, temperature, top-p, top-k,
+"""`sample`: draw continuations with `engine.rollout.hf.HFRollout` (KV cache, temperature, top-p, top-k,
 counter-based seeds), cut them at stop strings, and score every drawn token.
 
 Row `(prompt i, sample k)` draws with the seed `row_seed(seed, i, k)`, where `seed` is the call's
@@ -27,7 +27,8 @@ from torch import nn
 
 from engine.interactive.datums import SampleRequest
 from engine.interactive.forward import MICRO_BATCH_TOKENS, micro_batches, token_log_probs
-from engine.rollout.backends import HFRollout, SamplingParams, row_seed
+from engine.rollout.hf import HFRollout
+from engine.rollout.sampling import SamplingParams, row_seed
 from engine.runtime.precision import Precision
 
 SAMPLE_BATCH_ROWS = 64

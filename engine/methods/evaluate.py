@@ -11,7 +11,7 @@ every role shares one process (Ray's `RoleCluster`, or the in-process `LocalRole
 `resources.executor: local`). Workers never talk to each other; each generates and scores its share
 of every batch.
 
-Sampling is counter-based (`engine.rollout.backends.row_seed(seed, prompt, sample)`), so the samples do not
+Sampling is counter-based (`engine.rollout.sampling.row_seed(seed, prompt, sample)`), so the samples do not
 depend on the batch size or the number of workers; `compare_to` gets the same seeds.
 
 Summary metrics, reported once (step 1 of 1: one `job.metrics` event, the job's `latest_metrics`):
@@ -54,7 +54,7 @@ from engine.data import PromptExample, load_rows, tokenize_prompts
 from engine.errors import Cancelled, ConfigError, Paused
 from engine.models import load_tokenizer
 from engine.rewards.rules import rule_reward_kwargs
-from engine.rollout.backends import row_seed
+from engine.rollout.sampling import row_seed
 from engine.runtime.artifacts import for_request, join
 from engine.runtime.cluster import connect
 from engine.runtime.reporting import Reporter

@@ -74,7 +74,8 @@ from engine.methods import ppo_experience as experience
 from engine.models import load_tokenizer
 from engine.rewards.rules import rule_reward_kwargs
 from engine.roles.batch import build_batch, concat, select, shard_rows
-from engine.rollout.backends import row_seed, vllm_available
+from engine.rollout.sampling import row_seed
+from engine.rollout.vllm import vllm_available
 from engine.runtime.artifacts import for_request, is_remote, join
 from engine.runtime.checkpoint import COMPLETE, CheckpointError, atomic_dir, step_dir
 from engine.runtime.cluster import connect

@@ -144,7 +144,7 @@ class ScoreModels:
                low: float, high: float) -> list[Judgement]:
         import torch
 
-        from engine.rollout.backends import eos_token_ids
+        from engine.rollout.sampling import eos_token_ids
 
         tokenizer = loaded.tokenizer
         new_tokens = sampling.get("max_completions_tokens") or DEFAULT_MAX_TOKENS

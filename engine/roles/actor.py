@@ -36,7 +36,8 @@ from engine.roles.base import (
     share_rows,
 )
 from engine.roles.batch import Batch, build_batch, mini_batch_rows
-from engine.rollout.backends import SamplingParams, make_rollout, weights_fingerprint
+from engine.rollout.backends import make_rollout
+from engine.rollout.sampling import SamplingParams, weights_fingerprint
 from engine.runtime import sharding
 from engine.runtime.artifacts import Artifacts
 from engine.runtime.precision import Precision

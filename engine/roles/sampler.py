@@ -13,7 +13,8 @@ from engine.config import EvalConfig, ModelConfig
 from engine.models import load_policy, load_tokenizer
 from engine.roles.base import Role
 from engine.roles.batch import Batch, build_batch
-from engine.rollout.backends import HFRollout, SamplingParams, eos_token_ids
+from engine.rollout.hf import HFRollout
+from engine.rollout.sampling import SamplingParams, eos_token_ids
 from engine.runtime.artifacts import Artifacts
 
 

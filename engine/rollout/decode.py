@@ -1,5 +1,5 @@
 """Lean KV-cache decoding for Llama-family decoders: prefill and one-token steps as plain torch ops
-over the model's own modules, for `engine.rollout.backends.HFRollout`.
+over the model's own modules, for `engine.rollout.hf.HFRollout`.
 
 Why: on a small model a decode step of the transformers forward is mostly per-op overhead (module
 calls, a causal mask built every step, cache bookkeeping, rotary recomputed, output dataclasses):

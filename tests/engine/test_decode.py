@@ -11,7 +11,8 @@ from engine.config import ModelConfig
 from engine.data import load_rows, pad, tokenize_prompts
 from engine.models import load_policy, load_tokenizer, reference_mode
 from engine.rollout import decode
-from engine.rollout.backends import HFRollout, SamplingParams, mix32, row_seed, row_uniforms
+from engine.rollout.hf import HFRollout
+from engine.rollout.sampling import SamplingParams, mix32, row_seed, row_uniforms
 from engine.runtime.precision import autocast
 
 VOCAB, PAD = 97, 0

@@ -190,7 +190,7 @@ def test_kl_spike_rolls_back_once_and_recovers(demo_assets, ray_local, tmp_path)
     fired = []
 
     def corrupt_policy(role):  # runs in the actor worker (a local function travels by value)
-        from engine.rollout.backends import weights_fingerprint
+        from engine.rollout.sampling import weights_fingerprint
 
         with torch.no_grad():
             role.model.get_output_embeddings().weight.mul_(50.0)

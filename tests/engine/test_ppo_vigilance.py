@@ -14,7 +14,7 @@ from test_ppo import make_request
 
 from engine.errors import Diverged, EngineError
 from engine.methods.ppo import run_ppo
-from engine.rollout.backends import HFRollout
+from engine.rollout.hf import HFRollout
 from engine.runtime.checkpoint import CheckpointError
 from engine.runtime.reporting import RecordingReporter
 
@@ -44,7 +44,7 @@ def test_a_lora_sync_that_leaves_the_adapter_unchanged_is_an_error(demo_assets, 
     changed, the written one did not) raises instead of sampling from the old policy."""
     from engine.config import ModelConfig
     from engine.models import load_policy
-    from engine.rollout.backends import VLLMRollout
+    from engine.rollout.vllm import VLLMRollout
 
     model = load_policy(demo_assets["model"], ModelConfig(lora_rank=4, lora_alpha=8), trainable=True)
     backend = VLLMRollout({})

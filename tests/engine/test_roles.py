@@ -8,7 +8,7 @@ import torch
 from engine.config import ModelConfig, PPOConfig, build_config
 from engine.data import load_rows, tokenize_prompts
 from engine.roles.batch import build_batch, gather_response, select, shard_rows
-from engine.rollout.backends import row_seed
+from engine.rollout.sampling import row_seed
 
 CFG = {
     "data": {"train_batch_size": 4, "max_prompt_length": 32, "max_response_length": 8},

@@ -1,5 +1,5 @@
-"""engine.rollout.backends: the hf backend (KV-cache sampling, EOS, greedy parity with transformers) and the
-counter-based sampler."""
+"""engine.rollout.backends, .hf and .sampling: the hf backend (KV-cache sampling, EOS, greedy parity
+with transformers) and the counter-based sampler."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import torch
 
 from engine.config import ModelConfig
 from engine.data import load_rows, tokenize_prompts
-from engine.rollout.backends import (
-    HFRollout,
+from engine.rollout.backends import make_rollout
+from engine.rollout.hf import HFRollout
+from engine.rollout.sampling import (
     SamplingParams,
     eos_token_ids,
     filter_logits,
-    make_rollout,
     row_seed,
     row_uniforms,
     sample_tokens,
@@ -129,6 +129,6 @@ def test_filter_logits():
 def test_vllm_is_not_imported_by_the_module():
     import sys
 
-    import engine.rollout.backends  # noqa: F401
+    import engine.rollout.backends  # noqa: F401  (it imports engine.rollout.vllm)
 
     assert "vllm" not in sys.modules

@@ -10,7 +10,7 @@ import pytest
 
 from engine.config import PPOConfig, build_config
 from engine.errors import EngineError
-from engine.rollout.backends import AdapterVersions, adapter_lora_rank, vllm_engine_kwargs, vllm_max_lora_rank
+from engine.rollout.vllm import AdapterVersions, adapter_lora_rank, vllm_engine_kwargs, vllm_max_lora_rank
 
 
 def write_adapter(directory, rank: int, base: str) -> str:

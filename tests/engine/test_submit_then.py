@@ -8,7 +8,7 @@ import pytest
 
 from engine.config import PPOConfig, Resources, build_config
 from engine.roles.local import LocalRoleGroup, get, submit_then
-from engine.rollout.backends import row_seed
+from engine.rollout.sampling import row_seed
 
 CFG = {"data": {"train_batch_size": 4, "max_prompt_length": 32, "max_response_length": 8},
        "actor": {"ppo_mini_batch_size": 4}, "critic": {"ppo_mini_batch_size": 4}}

@@ -211,7 +211,7 @@ def test_two_workers_in_one_group_train_like_one(demo_assets, ray_local, tmp_pat
 
 def test_parallel_knobs_are_checked_and_tp_reaches_vllm():
     from engine.config import PPOConfig, Resources, SFTConfig, build_config, check_parallel
-    from engine.rollout.backends import vllm_engine_kwargs
+    from engine.rollout.vllm import vllm_engine_kwargs
 
     sft = build_config(SFTConfig, {"ulysses_sequence_parallel_size": 2})
     check_parallel(sft, Resources(num_workers=4))
