@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from api.errors import ApiError, not_found
 from core import checkpoints, fine_tuned_models
 from core.config import settings
-from core.memory_plan import read_config
+from core.model_shape import read_config
 from core.models import Checkpoint, Job, Model
 from core.storage import get_storage
 

@@ -92,7 +92,8 @@ def job_spec(case: str, steps: int) -> tuple[str, dict]:
 
 
 def estimate(case: str, steps: int) -> dict:
-    from core.memory_plan import Architecture, Capacity, plan_job
+    from core.memory_plan import Capacity, plan_job
+    from core.model_shape import Architecture
 
     method, hp = job_spec(case, steps)
     directory = model_dir(CASES[case]["model"])

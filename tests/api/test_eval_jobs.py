@@ -9,7 +9,8 @@ import secrets
 import pytest
 
 from core.capacity import job_demand
-from core.memory_plan import Architecture, Capacity, plan_job
+from core.memory_plan import Capacity, plan_job
+from core.model_shape import Architecture
 from core.models import File, Model
 
 TINY = {"model_type": "llama", "hidden_size": 8, "num_hidden_layers": 2, "intermediate_size": 16,

@@ -447,7 +447,7 @@ def test_queue_position_counts_this_projects_queued_jobs_oldest_first(client, au
 
 
 def test_the_context_window_check_reads_the_models_config_again_when_it_changes(client, auth, files, dispatched):
-    """`core.memory_plan.read_config` remembers a config.json by its (inode, size, mtime): a rewritten one counts."""
+    """`core.model_shape.read_config` remembers a config.json by its (inode, size, mtime): a rewritten one counts."""
     from pathlib import Path
 
     from core.config import settings

@@ -11,8 +11,9 @@ import struct
 import pytest
 from sqlalchemy import func, select
 
-from core import memory_plan as mp
-from core.memory_plan import Architecture, Capacity, plan_job
+from core import model_memory, model_shape
+from core.memory_plan import Capacity, plan_job
+from core.model_shape import Architecture
 from core.models import File, IdempotencyKey, Job
 
 TINY = {"model_type": "llama", "hidden_size": 8, "num_hidden_layers": 2, "intermediate_size": 16,
@@ -66,7 +67,7 @@ def test_a_directory_is_read_again_when_its_files_change(tmp_path, monkeypatch):
 
 
 def test_a_config_without_the_shape_is_refused():
-    with pytest.raises(mp.PlanError, match="hidden_size"):
+    with pytest.raises(model_shape.PlanError, match="hidden_size"):
         Architecture.from_config({"vocab_size": 10})
 
 
@@ -79,7 +80,7 @@ def test_sft_plan_by_hand():
     # 2 rows x 5 tokens = 10 tokens. Per token and layer (float32): norms 4*8*4 = 128, attention
     # (3*8 + 3*4)*4 + 2 heads*4 = 152, MLP 4*16*4 = 256 -> 536; two layers kept, one layer's backward
     # working set, the head: final norm 2*8*4 + logits 32*4 + the loss's float32 temporaries.
-    head = 2 * 8 * 4 + 32 * 4 + mp.LOSS_HEAD_TEMPS["sft"] * 32 * 4
+    head = 2 * 8 * 4 + 32 * 4 + model_memory.LOSS_HEAD_TEMPS["sft"] * 32 * 4
     assert w["activations_bytes"] == round(10 * (2 * 536 + 536 + head))
     assert w["total_bytes"] == 1704 * 16 + w["activations_bytes"]
     assert plan["fits"] is None and plan["device"] == "gpu"

@@ -3,7 +3,8 @@ reference's one-off scoring phase before it."""
 
 from __future__ import annotations
 
-from core.memory_plan import Architecture, Capacity, plan_job
+from core.memory_plan import Capacity, plan_job
+from core.model_shape import Architecture
 
 ARCH = Architecture.from_config({
     "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128,
