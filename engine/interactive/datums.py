@@ -251,11 +251,13 @@ class SampleRequest:
     seed: int | None
     num_samples: int
     sampler_path: str | None
+    prompt_logprobs: bool = False
+    """Also return each prompt token's log-prob under the sampled weights (None for the first)."""
 
 
 def parse_sample(payload: dict[str, Any], vocab_size: int | None = None,
                  max_length: int | None = None) -> SampleRequest:
-    _known(payload, ("prompts", "sampling_params", "num_samples", "sampler_path"), "")
+    _known(payload, ("prompts", "sampling_params", "num_samples", "sampler_path", "prompt_logprobs"), "")
     raw = payload.get("prompts")
     if not isinstance(raw, list) or not raw:
         raise _data("prompts must be a non-empty list of token id lists or strings", "prompts")
@@ -302,8 +304,11 @@ def parse_sample(payload: dict[str, Any], vocab_size: int | None = None,
     sampler_path = payload.get("sampler_path")
     if sampler_path is not None and (not isinstance(sampler_path, str) or not sampler_path):
         raise _config("sampler_path must be a non-empty string or null", "sampler_path")
+    prompt_logprobs = payload.get("prompt_logprobs", False)
+    if not isinstance(prompt_logprobs, bool):
+        raise _config(f"prompt_logprobs must be true or false, got {prompt_logprobs!r}", "prompt_logprobs")
     return SampleRequest(prompts, max_tokens, temperature, top_p, max(top_k, 0), stop_strings, stop_tokens,
-                         seed, num_samples, sampler_path)
+                         seed, num_samples, sampler_path, prompt_logprobs)
 
 
 def check_prompt_lengths(lengths: list[int], max_tokens: int, max_length: int) -> None:

@@ -70,7 +70,9 @@ def sample(model: nn.Module, tokenizer: Any, request: SampleRequest, prompts: Se
     Returns:
         `{"sequences": [{"prompt_index", "tokens", "text", "logprobs", "stop_reason"} (and
         "sampling_logprobs", see above)], "tokens"}`,
-        prompt-major; `tokens` counts prompt and generated tokens of every row.
+        prompt-major; `tokens` counts prompt and generated tokens of every row. With
+        `request.prompt_logprobs`, also `"prompt_logprobs"`: per prompt, each token's log-prob
+        (temperature 1, as `forward` computes it), None for the first.
     """
     rows = [(i, k) for i in range(len(prompts)) for k in range(request.num_samples)]
     seeds = [row_seed(base_seed, i, k) for i, k in rows]
@@ -88,21 +90,26 @@ def sample(model: nn.Module, tokenizer: Any, request: SampleRequest, prompts: Se
         sequences.append({"prompt_index": i, "tokens": tokens,
                           "text": tokenizer.decode(tokens, skip_special_tokens=True),
                           "stop_reason": "stop" if stopped else "length"})
-    _score(model, [prompts[i] for i, _ in rows], sequences, 1.0, device, precision, "logprobs")
+    prompt_logprobs = _score(model, [prompts[i] for i, _ in rows], sequences, 1.0, device, precision, "logprobs")
     if request.temperature > 0 and request.temperature != 1.0:
         _score(model, [prompts[i] for i, _ in rows], sequences, request.temperature, device, precision,
                "sampling_logprobs")
     total = sum(len(prompts[i]) + len(s["tokens"]) for (i, _), s in zip(rows, sequences))
-    return {"sequences": sequences, "tokens": total}
+    out: dict[str, Any] = {"sequences": sequences, "tokens": total}
+    if request.prompt_logprobs:  # every row of a prompt scored it the same way: take its first row's
+        out["prompt_logprobs"] = [[None, *prompt_logprobs[i * request.num_samples]] for i in range(len(prompts))]
+    return out
 
 
 @torch.no_grad()
 def _score(model: nn.Module, prompts: Sequence[list[int]], sequences: list[dict[str, Any]], temperature: float,
-           device: torch.device, precision: Precision, field: str) -> None:
+           device: torch.device, precision: Precision, field: str) -> list[list[float]]:
     """Fill each sequence's `field` with the log-probs of its tokens at `temperature`: one forward
-    over prompt + continuation (minus its last token)."""
+    over prompt + continuation (minus its last token). Returns each row's prompt tokens' log-probs
+    from the same forward (all but the first token's, which nothing predicts)."""
     seqs = [p + s["tokens"][:-1] for p, s in zip(prompts, sequences)]
     targets = [p[1:] + s["tokens"] for p, s in zip(prompts, sequences)]
+    prompt_part: list[list[float]] = [[] for _ in seqs]
     was_training = model.training
     model.eval()
     try:
@@ -114,5 +121,7 @@ def _score(model: nn.Module, prompts: Sequence[list[int]], sequences: list[dict[
             for row, i in enumerate(index):
                 n, end = len(sequences[i]["tokens"]), len(seqs[i])
                 sequences[i][field] = logp[row, end - n:end].tolist()
+                prompt_part[i] = logp[row, :len(prompts[i]) - 1].tolist()
     finally:
         model.train(was_training)
+    return prompt_part

@@ -148,6 +148,24 @@ def test_sample_logprobs_equal_a_forward_over_the_same_tokens(demo_assets, tmp_p
     assert first["sampling_logprobs"] == pytest.approx(hot_logps.tolist(), abs=1e-5)
 
 
+def test_prompt_logprobs_equal_a_forward_over_the_prompt(demo_assets, tmp_path):
+    session = make(demo_assets, tmp_path)
+    prompts = prompt_ids(session)[:2]
+    out = session.run("sample", {"prompts": prompts, "sampling_params": {"max_tokens": 4, "seed": 1},
+                                 "num_samples": 2, "prompt_logprobs": True})
+    data = [{"model_input": p[:-1], "loss_fn_inputs": {"target_tokens": p[1:], "weights": [0.0] * (len(p) - 1)}}
+            for p in prompts]
+    forward = session.run("forward", {"data": data, "loss_fn": "cross_entropy"})
+    assert len(out["prompt_logprobs"]) == len(prompts)
+    for p, got, f in zip(prompts, out["prompt_logprobs"], forward["loss_fn_outputs"]):
+        assert len(got) == len(p) and got[0] is None
+        assert got[1:] == pytest.approx(f["logprobs"], abs=1e-5)
+    assert "prompt_logprobs" not in session.run("sample", {"prompts": prompts, "sampling_params": {"max_tokens": 2}})
+    with pytest.raises(ConfigError) as err:
+        session.run("sample", {"prompts": prompts, "prompt_logprobs": "yes"})
+    assert err.value.param == "prompt_logprobs"
+
+
 def test_sampling_knobs(demo_assets, tmp_path):
     session = make(demo_assets, tmp_path)
     prompts = prompt_ids(session)[:2]
