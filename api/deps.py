@@ -47,7 +47,12 @@ async def _authenticated(request: Request, credentials: HTTPAuthorizationCredent
     admitted = getattr(request.state, "caller", None)
     if admitted is not None:
         return admitted
-    key = _bearer_key(credentials)
+    return await admit_key(request, _bearer_key(credentials))
+
+
+async def admit_key(request: Request, key: str) -> Caller:
+    """The caller of `key`, admitted as every keyed request is (401, the failure and rate limits, the
+    request's state): also the Tinker room's, whose key travels in another header."""
     caller = remembered_caller(key) or await run_in_threadpool(_identify, key, _client(request))
     _admit(request, caller, await ratelimit.rate_limiter.acheck(caller.key_id, settings.RATE_LIMIT_PER_MINUTE))
     return caller

@@ -26,6 +26,7 @@ from api.routes import (
     trainers,
     webhooks,
 )
+from api.tinker import room as tinker_room
 from core import logging as logcontext
 
 DESCRIPTION = """Keel is an offline-RLHF training service: upload datasets, run SFT, reward-model,
@@ -163,6 +164,8 @@ def create_app() -> FastAPI:
     for router in ROUTERS:
         if router is not jobs.router:
             app.include_router(router)
+    for router in tinker_room.ROUTERS:  # Tinker's protocol under /api/v1 (docs/tinker.md); not in the document
+        app.include_router(router)
     return app
 
 

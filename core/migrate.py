@@ -9,6 +9,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
 
+import core.tinker  # noqa: F401 - its tables join Base.metadata
 from core.config import settings
 from core.db import get_engine
 from core.models import Base

@@ -18,6 +18,8 @@ from core.models import ApiKey, Project
 
 KEY_PREFIX = "keel_"
 _LOOKUP_LEN = 12  # "keel_" + 7 random chars: enough to find the row, useless to an attacker
+TINKER_KEY_PREFIX = "tml-"
+"""The Tinker client refuses keys without it: `tml-<keel key>` is the same key in Tinker's form."""
 
 
 def hash_key(key: str) -> str:
@@ -45,6 +47,16 @@ def issue_api_key(db: Session, project: Project, *, admin: bool = False, name: s
 def create_api_key(db: Session, project: Project, *, admin: bool = False, name: str | None = None) -> str:
     """Create a key for `project` and return it; only its hash is stored."""
     return issue_api_key(db, project, admin=admin, name=name)[1]
+
+
+def tinker_api_key(key: str) -> str:
+    """A Keel key as the Tinker room takes it (same project, revocation and limits)."""
+    return TINKER_KEY_PREFIX + key
+
+
+def from_tinker_key(key: str) -> str:
+    """The Keel key inside a `tml-` key; anything else comes back unchanged (and fails as a Keel key)."""
+    return key.removeprefix(TINKER_KEY_PREFIX)
 
 
 def _well_formed(key: str) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
+import core.tinker  # noqa: F401 - its tables join Base.metadata
 from core.config import settings
 from core.db import get_engine
 from core.models import Base

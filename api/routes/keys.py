@@ -20,7 +20,7 @@ from api.pagination import AfterQuery, LimitQuery, page_of, paginate
 from api.schemas.keys import ApiKeyCreate, ApiKeyCreated, ApiKeyPublic, ApiKeysPublic
 from core.config import settings
 from core.models import ApiKey, Project
-from core.security import issue_api_key, revoke_api_key
+from core.security import issue_api_key, revoke_api_key, tinker_api_key
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"])
 
@@ -59,7 +59,7 @@ def create_key(body: ApiKeyCreate, caller: AdminCaller, db: SessionDep):
                            "limit (KEEL_MAX_KEYS_PER_PROJECT); revoke one first.")
     row, key = issue_api_key(db, caller.project, admin=body.admin, name=body.name)
     db.commit()
-    return ApiKeyCreated(**key_public(row).model_dump(), key=key)
+    return ApiKeyCreated(**key_public(row).model_dump(), key=key, tinker_api_key=tinker_api_key(key))
 
 
 def owned_key(key_id: Annotated[str, PathParam(max_length=64)], caller: AdminCaller, db: SessionDep) -> str:

@@ -174,21 +174,29 @@ def get_trainer(trainer: OwnedTrainer):
 def delete_trainer(trainer: OwnedTrainer, db: SessionDep):
     """End a trainer: its actor is released without a save (its resources freed), queued operations fail
     with `trainer_deleted`, and later calls are a 409. Models it saved stay. Deleting again changes nothing."""
-    now = datetime.now(UTC)
-    if db.execute(update(Trainer).where(Trainer.id == trainer.id, Trainer.status != "deleted")
-                  .values(status="deleted", deleted_at=now).execution_options(synchronize_session=False)).rowcount:
-        db.execute(update(TrainerOperation).where(TrainerOperation.trainer_id == trainer.id,
-                                                  TrainerOperation.status == "queued")
-                   .values(status="failed", finished_at=now,
-                           error={"code": "trainer_deleted", "message": "The trainer was deleted before this "
-                                  "operation ran.", "param": "trainer_id"})
-                   .execution_options(synchronize_session=False))
-        trainers.append_event(db, trainer.id, "trainer.status", {"status": "deleted", "reason": "deleted"})
-        db.commit()
-        _send(trainer.id)  # a worker releases the actor
-        log.info("trainer deleted")
+    end_trainer(db, trainer)
     db.refresh(trainer)
     return trainer_public(trainer)
+
+
+def end_trainer(db: Session, trainer: Trainer, reason: str = "deleted") -> bool:
+    """Mark the trainer deleted (its queued operations fail) and commit, then have a worker release its
+    actor; False when it was deleted already. Also how a finished Tinker session ends its trainers."""
+    now = datetime.now(UTC)
+    if not db.execute(update(Trainer).where(Trainer.id == trainer.id, Trainer.status != "deleted")
+                      .values(status="deleted", deleted_at=now).execution_options(synchronize_session=False)).rowcount:
+        return False
+    db.execute(update(TrainerOperation).where(TrainerOperation.trainer_id == trainer.id,
+                                              TrainerOperation.status == "queued")
+               .values(status="failed", finished_at=now,
+                       error={"code": "trainer_deleted", "message": "The trainer was deleted before this "
+                              "operation ran.", "param": "trainer_id"})
+               .execution_options(synchronize_session=False))
+    trainers.append_event(db, trainer.id, "trainer.status", {"status": "deleted", "reason": reason})
+    db.commit()
+    _send(trainer.id)  # a worker releases the actor
+    log.info("trainer %s deleted (%s)", trainer.id, reason)
+    return True
 
 
 # -- the primitives --------------------------------------------------------------------------------

@@ -40,6 +40,9 @@ class ApiKeyCreated(ApiKeyPublic):
     """The new key, with its secret: shown this once, only its hash is stored."""
 
     key: str
+    tinker_api_key: str
+    """The same key in the form the `tinker` client takes (`tml-` + `key`, sent as `X-API-Key` to the
+    Tinker routes under `/api/v1`): the same project, revocation and limits."""
 
 
 class ApiKeysPublic(Page[ApiKeyPublic]):

@@ -24,6 +24,7 @@ class ApiKeyCreated:
         prefix (str):
         project (str):
         revoked_at (int | None):
+        tinker_api_key (str):
         object_ (Literal['api_key'] | Unset):  Default: 'api_key'.
     """
 
@@ -35,6 +36,7 @@ class ApiKeyCreated:
     prefix: str
     project: str
     revoked_at: int | None
+    tinker_api_key: str
     object_: Literal["api_key"] | Unset = "api_key"
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
@@ -57,6 +59,8 @@ class ApiKeyCreated:
         revoked_at: int | None
         revoked_at = self.revoked_at
 
+        tinker_api_key = self.tinker_api_key
+
         object_ = self.object_
 
         field_dict: dict[str, Any] = {}
@@ -71,6 +75,7 @@ class ApiKeyCreated:
                 "prefix": prefix,
                 "project": project,
                 "revoked_at": revoked_at,
+                "tinker_api_key": tinker_api_key,
             }
         )
         if object_ is not UNSET:
@@ -107,6 +112,8 @@ class ApiKeyCreated:
 
         revoked_at = _parse_revoked_at(d.pop("revoked_at"))
 
+        tinker_api_key = d.pop("tinker_api_key")
+
         object_ = cast(Literal["api_key"] | Unset, d.pop("object", UNSET))
         if object_ != "api_key" and not isinstance(object_, Unset):
             raise ValueError(f"object must match const 'api_key', got '{object_}'")
@@ -120,6 +127,7 @@ class ApiKeyCreated:
             prefix=prefix,
             project=project,
             revoked_at=revoked_at,
+            tinker_api_key=tinker_api_key,
             object_=object_,
         )
 

@@ -1,0 +1,10 @@
+"""The Tinker room's routers, one per part of the protocol; `api.main` includes them after Keel's own
+(outside the OpenAPI document: the `tinker` client is this surface's SDK)."""
+
+from __future__ import annotations
+
+from api.tinker import sessions
+
+ROUTERS = (
+    sessions.router,  # client config, sessions, heartbeats, telemetry, capabilities
+)
