@@ -1,4 +1,4 @@
-"""The API's hyperparameter schemas mirror engine/config.py (names, nesting, defaults) and agree with the
+"""The API's hyperparameter schemas mirror engine/config/ (names, nesting, defaults) and agree with the
 engine's own checks; VERL-style overrides map onto them. Tests may import the engine; the API may not."""
 
 from __future__ import annotations

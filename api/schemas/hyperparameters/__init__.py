@@ -1,4 +1,4 @@
-"""Per-method hyperparameters: pydantic mirrors of engine/config.py (the API must not import the engine).
+"""Per-method hyperparameters: pydantic mirrors of engine/config/ (the API must not import the engine).
 
 Field names, nesting and defaults are the engine dataclasses' (VERL's names); tests/api/
 test_hyperparameters.py keeps the two in lock-step. On top of the engine's own checks, these schemas
