@@ -57,6 +57,7 @@ class TinkerModel(Base):
     project_id: Mapped[str] = mapped_column(ForeignKey("project.id", ondelete="CASCADE"), index=True)
     base_model: Mapped[str] = mapped_column(String(500))
     """The `base_model` as the client named it (what `get_info` and the sampler report back)."""
+    user_metadata: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -69,5 +70,8 @@ class TinkerRequest(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     model_id: Mapped[str] = mapped_column(ForeignKey("tinker_model.id", ondelete="CASCADE"))
     seq_id: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(40))
+    """The Tinker route that made it (`forward_backward`, `optim_step`, `save_weights`, ...): how its
+    result is answered (`api.tinker.futures.encoder`)."""
     operation_id: Mapped[str] = mapped_column(ForeignKey("trainer_operation.id", ondelete="CASCADE"), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -129,26 +129,35 @@ def create_trainer(body: TrainerCreate, project: CurrentProject, caller: Current
     on the next call."""
     if (replay := idem.replay(db, project.id)) is not None:
         return replay
-    ref = model_refs.resolve(db, project.id, body.model, "model")
+    trainer = new_trainer(db, project.id, caller.key_id, body)
+    public = trainer_public(trainer)
+    if (replay := idem.commit(db, project.id, 201, public)) is not None:
+        return replay
+    log.info("trainer created on %s", trainer.model)
+    return public
+
+
+def new_trainer(db: Session, project_id: str, key_id: str | None, body: TrainerCreate, *, param: str = "model",
+                config: dict[str, Any] | None = None) -> Trainer:
+    """Check the model reference (`param` names it in errors) and the resources, and add the trainer with
+    its first event to the session (not committed). Also how a Tinker `create_model` makes its trainer;
+    `config` is the base model's config.json when the caller read it already."""
+    ref = model_refs.resolve(db, project_id, body.model, param)
     _admit(body)
     _admit_cluster(db, body)
-    config = model_refs.model_config(db, ref) or {}
+    config = config if config is not None else model_refs.model_config(db, ref) or {}
     trainer = Trainer(
-        project_id=project.id, status="active", model=ref, base_model_path=checkpoints.model_location(db, ref),
+        project_id=project_id, status="active", model=ref, base_model_path=checkpoints.model_location(db, ref),
         lora=body.lora.model_dump(mode="json") if body.lora else None,
         resources=body.resources.model_dump(mode="json"), seed=body.seed, dtype=body.dtype,
         idle_timeout_s=body.idle_timeout_s, meta=body.metadata, vocab_size=_positive_int(config.get("vocab_size")),
-        context_window=model_refs.context_window(config), created_by=caller.key_id,
+        context_window=model_refs.context_window(config), created_by=key_id,
         last_used_at=datetime.now(UTC))
     db.add(trainer)
     db.flush()
     trainers.append_event(db, trainer.id, "trainer.status", {"status": "active", "reason": "created"})
     logcontext.annotate(trainer_id=trainer.id)
-    public = trainer_public(trainer)
-    if (replay := idem.commit(db, project.id, 201, public)) is not None:
-        return replay
-    log.info("trainer created on %s", ref)
-    return public
+    return trainer
 
 
 @router.get("", summary="List trainers", response_model=TrainersPublic, responses=problem_responses(401, 422, 429))

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
-from api.tinker import sessions
+from api.tinker import futures, sessions, training
 
 ROUTERS = (
     sessions.router,  # client config, sessions, heartbeats, telemetry, capabilities
+    training.router,  # create_model, get_info, forward_backward, optim_step
+    futures.router,  # retrieve_future
 )
