@@ -38,8 +38,10 @@ from api.openai.schemas import (
     FineTuningJobs,
     SupervisedSpec,
 )
-from api.routes import jobs as keel_jobs
 from api.routes.jobs import OwnedJob
+from api.routes.jobs.admission import _resolve
+from api.routes.jobs.lifecycle import _best_effort
+from api.routes.jobs.public import _error, _progress
 from api.schemas.jobs import MAX_GRADER_CHARS, JobCreate
 from core import events, fine_tuned_models
 from core import finetune_files as ft
@@ -227,8 +229,8 @@ def fine_tuning_job(job: Job) -> FineTuningJob:
     fine_tuned = (fine_tuned_models.openai_name(db, job) if db is not None else None) or job.output_model_id
     oa = spec.get("openai") or {}
     method = oa.get("method") or {"type": job.method, job.method: {"hyperparameters": {}}}
-    error = keel_jobs._error(job.error)
-    progress = keel_jobs._progress(job)
+    error = _error(job.error)
+    progress = _progress(job)
     finish = None
     if job.status == "running" and progress.get("seconds_remaining") is not None:
         finish = int(datetime.now(UTC).timestamp()) + progress["seconds_remaining"]
@@ -276,7 +278,7 @@ def create_fine_tuning_job(raw: dict[str, Any], project: CurrentProject, caller:
         param = "method.keel_overrides" if keel_method["overrides"] else "method"
         raise ApiError(400, "invalid_request", f"{param}: {first['msg']} "
                        f"({'.'.join(str(p) for p in first['loc'])})", param=param) from None
-    spec, nodes = keel_jobs._resolve(db, project.id, keel_body)
+    spec, nodes = _resolve(db, project.id, keel_body)
     spec["openai"] = {"method": public_method, "model": raw.get("model"), "training_file": source.id,
                       "validation_file": body.validation_file,
                       "integrations": [i.model_dump(exclude_none=True) for i in body.integrations or []] or None}
@@ -345,7 +347,7 @@ def cancel_fine_tuning_job(job: OwnedJob, project: CurrentProject, db: SessionDe
     for event in appended:
         events.publish(event)
     if appended and job.status == "cancelling":
-        keel_jobs._best_effort("request_cancel", job.id)
+        _best_effort("request_cancel", job.id)
     return fine_tuning_job(job)
 
 

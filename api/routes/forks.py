@@ -21,7 +21,8 @@ from sqlalchemy import select
 from api.deps import CurrentCaller, SessionDep
 from api.errors import ApiError, not_found, problem_responses
 from api.idempotency import IdempotencyDep
-from api.routes.jobs import OwnedJob, _create
+from api.routes.jobs import OwnedJob
+from api.routes.jobs.creation import _create
 from api.schemas.forks import JobFork
 from api.schemas.jobs import JobCreate, JobMethod, JobPublic
 from core.models import Checkpoint, Job

@@ -387,10 +387,10 @@ def test_idempotency_is_race_safe(client, auth, db, project_key, files, dispatch
 
 def test_a_twin_that_commits_first_wins(client, auth, db, project_key, files, dispatched, monkeypatch):
     """The twin commits between our replay check and our commit: ours rolls back and answers with the twin's."""
-    from api.routes import jobs
+    from api.routes.jobs import creation
 
     key = f"twin-{secrets.token_hex(4)}"
-    resolve = jobs._resolve
+    resolve = creation._resolve
 
     def resolve_then_twin(db_, project_id, body):
         spec, nodes = resolve(db_, project_id, body)
@@ -408,7 +408,7 @@ def test_a_twin_that_commits_first_wins(client, auth, db, project_key, files, di
 
     from core.db import session_factory
     TestSession = session_factory()
-    monkeypatch.setattr(jobs, "_resolve", resolve_then_twin)
+    monkeypatch.setattr(creation, "_resolve", resolve_then_twin)
     r = create(client, auth, rm_body(files), **{"Idempotency-Key": key})
     assert r.status_code == 201 and r.json()["twin"] is True
     assert _jobs_in(db, project_key[0]) == 1 and dispatched == []
