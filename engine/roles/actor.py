@@ -26,16 +26,16 @@ from engine.models import (
     resolve_lora_rank,
     save_model,
 )
-from engine.roles.base import (
-    MetricSums,
-    TrainableRole,
+from engine.roles.base import MetricSums
+from engine.roles.batch import Batch, build_batch, mini_batch_rows
+from engine.roles.forward import (
     batched_log_probs,
     iter_micro_batches,
     pad_response,
     policy_log_probs,
     share_rows,
 )
-from engine.roles.batch import Batch, build_batch, mini_batch_rows
+from engine.roles.trainable import TrainableRole
 from engine.rollout.backends import make_rollout
 from engine.rollout.sampling import SamplingParams, weights_fingerprint
 from engine.runtime import sharding

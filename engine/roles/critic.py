@@ -18,8 +18,10 @@ from engine.algos import masked_mean, value_loss
 from engine.config import PPOConfig
 from engine.models import load_tokenizer, load_value_model, token_values
 from engine.roles.actor import loss_weight, mini_batch_totals
-from engine.roles.base import MetricSums, TrainableRole, iter_micro_batches, pad_response, share_rows
+from engine.roles.base import MetricSums
 from engine.roles.batch import Batch, gather_response, mini_batch_rows
+from engine.roles.forward import iter_micro_batches, pad_response, share_rows
+from engine.roles.trainable import TrainableRole
 from engine.runtime import sharding
 from engine.runtime.artifacts import Artifacts
 from engine.runtime.precision import Precision

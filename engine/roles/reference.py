@@ -11,8 +11,9 @@ from typing import Any
 
 from engine.config import PPOConfig
 from engine.models import load_reference
-from engine.roles.base import Role, batched_log_probs
+from engine.roles.base import Role
 from engine.roles.batch import Batch
+from engine.roles.forward import batched_log_probs
 from engine.runtime.artifacts import Artifacts
 from engine.runtime.precision import autocast
 

@@ -19,8 +19,9 @@ from engine.config import PPOConfig
 from engine.data import prompt_token_ids, response_token_ids
 from engine.models import load_reward_model, load_tokenizer, reward_scores
 from engine.rewards.rules import RewardFn, score_response
-from engine.roles.base import Role, iter_micro_batches
+from engine.roles.base import Role
 from engine.roles.batch import Batch, build_batch
+from engine.roles.forward import iter_micro_batches
 from engine.runtime.artifacts import Artifacts
 
 log = logging.getLogger(__name__)

@@ -21,8 +21,8 @@ from engine.models import (
     reward_scores,
     token_values,
 )
-from engine.roles.base import policy_log_probs, trim_rows
 from engine.roles.batch import build_batch, response_positions
+from engine.roles.forward import policy_log_probs, trim_rows
 from engine.runtime.reporting import RecordingReporter
 
 PACKED, PADDED = ModelConfig(use_remove_padding=True), ModelConfig(use_remove_padding=False)

@@ -91,7 +91,7 @@ def test_collapse_verdicts():
 def test_rollback_snapshot_reuses_its_buffers_and_restores_exactly():
     """The per-step snapshot copies into the previous snapshot's buffers, and a restore returns the
     weights, Adam state and LR schedule of the latest snapshot (repeatably)."""
-    from engine.roles.base import TrainableRole
+    from engine.roles.trainable import TrainableRole
 
     class Tiny(TrainableRole):
         def __init__(self) -> None:

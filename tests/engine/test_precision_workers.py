@@ -9,7 +9,7 @@ import os
 import torch
 
 from bench.common import free_port
-from engine.roles.base import TrainableRole
+from engine.roles.trainable import TrainableRole
 from engine.runtime.precision import Precision
 
 

@@ -116,7 +116,7 @@ def test_not_used_under_gradient_checkpointing_or_training_dropout(demo_assets):
 
 def test_row_groups_and_shared_micro_batches(demo_assets, prompt_ids):
     from engine.models import load_policy
-    from engine.roles.base import iter_micro_batches
+    from engine.roles.forward import iter_micro_batches
 
     model = load_policy(demo_assets["model"], config().model, trainable=False)
     batch = grouped_batch(prompt_ids)
@@ -145,7 +145,7 @@ def test_row_groups_and_shared_micro_batches(demo_assets, prompt_ids):
 def test_update_actor_results_do_not_depend_on_prompt_sharing(demo_assets, prompt_ids, monkeypatch):
     """Same metrics, log-probs and weights (float tolerance) with and without `engine.rollout.prefix`."""
     from engine.roles.actor import ActorRollout
-    from engine.roles.base import batched_log_probs
+    from engine.roles.forward import batched_log_probs
 
     batch = grouped_batch(prompt_ids)
     mask = batch["response_mask"]

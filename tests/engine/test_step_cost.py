@@ -111,18 +111,18 @@ def test_logits_at_equals_the_full_forward(demo_assets):
 
 @pytest.mark.parametrize("coeff", [0.0, 0.01])
 def test_entropy_only_computed_when_it_is_a_loss_term(demo_assets, prompts, monkeypatch, coeff):
-    from engine.roles import base
+    from engine.roles import forward
     from engine.roles.actor import ActorRollout
 
     calls: list[bool] = []
-    real = base.log_probs_and_entropy
+    real = forward.log_probs_and_entropy
 
     def counting(logits, labels, **kw):
         out = real(logits, labels, **kw)
         calls.append(out[1].requires_grad)
         return out
 
-    monkeypatch.setattr(base, "log_probs_and_entropy", counting)
+    monkeypatch.setattr(forward, "log_probs_and_entropy", counting)
     # 2 epochs x 2 mini-batches x 1 micro-batch each.
     role = ActorRollout(config(actor={"entropy_coeff": coeff}), demo_assets["model"], total_steps=10)
     batch = _train_batch(role, rollout(role, prompts[:4]))

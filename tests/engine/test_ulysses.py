@@ -42,7 +42,7 @@ def _compute(model_path: str, lay) -> dict:
     do (times `loss_scale`) and gradients summed over all workers."""
     from engine import models
     from engine.methods.sft import sft_loss_sum
-    from engine.roles.base import policy_log_probs
+    from engine.roles.forward import policy_log_probs
     from engine.runtime import distributed, ulysses
 
     ids, mask, prompt_lens = _batch()
