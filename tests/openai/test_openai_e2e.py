@@ -187,7 +187,7 @@ def test_epoch_end_checkpoints_after_the_hold_out(oai, tmp_path, demo_assets, ce
     """Without a validation file 10% of the rows are held out: 40 rows train on 36, 4 steps of 8 an
     epoch, so the checkpoints land at steps 4 and 8 (not 5, from all 40 rows) and the job's progress
     ends at epoch 2 of 2."""
-    from api.openai.fine_tuning import HOLDOUT_FRACTION
+    from api.openai.translation import HOLDOUT_FRACTION
     from engine.methods.supervised import HOLDOUT_FRACTION as ENGINE_HOLDOUT
 
     assert HOLDOUT_FRACTION == ENGINE_HOLDOUT
