@@ -1,7 +1,7 @@
-"""Where a model a request names lives: a Keel model id, an OpenAI `ft:` name, a checkpoint id, a hub id
-or a directory under a model root, checked (404 for another project's ids, as for unknown ones) and
-normalised; and what its config.json says (its context window). Shared by the jobs, trainers and
-OpenAI fine-tuning routes and by score_model graders.
+"""Where a model a request names lives: a Keel model id, an OpenAI `ft:` name, a `tinker://` checkpoint
+path, a checkpoint id, a hub id or a directory under a model root, checked (404 for another project's
+ids, as for unknown ones) and normalised; and what its config.json says (its context window). Shared by
+the jobs, trainers and OpenAI fine-tuning routes and by score_model graders.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from api.errors import ApiError, not_found
+from api.tinker import paths as tinker_paths
 from core import checkpoints, fine_tuned_models
 from core.config import settings
 from core.model_shape import read_config
@@ -39,8 +40,13 @@ def model_dir(ref: str, param: str) -> str:
 
 
 def resolve(db: Session, project_id: str, ref: str, param: str, *, reward: bool = False) -> str:
-    """Check a model reference; returns it normalised (a directory resolved, an OpenAI `ft:` name as
-    the Keel model id it names)."""
+    """Check a model reference; returns it normalised (a directory resolved, an OpenAI `ft:` name or a
+    `tinker://` path as the Keel model id it names)."""
+    if ref.startswith(tinker_paths.SCHEME):
+        try:
+            ref = tinker_paths.resolve(db, project_id, ref, param).id
+        except tinker_paths.PathError as err:
+            raise ApiError(404, "not_found", err.message, param=param) from None
     if ref.startswith(fine_tuned_models.PREFIX):
         named = fine_tuned_models.resolve(db, project_id, ref)
         if named is None:
@@ -66,7 +72,8 @@ def resolve(db: Session, project_id: str, ref: str, param: str, *, reward: bool 
                            "root.", param=param)
         return ref
     raise ApiError(422, "invalid_model", f"{param}: expected a Keel model id (model-...), a checkpoint id "
-                   "(ckpt-...), a hub id (org/name) or an absolute directory under a model root.", param=param)
+                   "(ckpt-...), a tinker:// checkpoint path, a hub id (org/name) or an absolute directory under a "
+                   "model root.", param=param)
 
 
 def _shadows_local_path(ref: str) -> bool:
