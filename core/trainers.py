@@ -10,10 +10,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import exists, or_, select, update
 from sqlalchemy.orm import Session
 
-from core.models import Trainer, TrainerEvent
+from core.clock import db_now_sql
+from core.models import Trainer, TrainerEvent, TrainerOperation
 from core.storage import get_storage
 
 STATUSES = ("active", "idle", "released", "deleted", "failed")
@@ -82,3 +83,39 @@ def trainer_users(db: Session, project_id: str, ids: list[str]) -> dict[str, tup
         if state_path in paths:
             out.setdefault(paths[state_path], (trainer_id, "its last save (a restore starts there)"))
     return out
+
+
+# -- LoRA trainers sharing a host ---------------------------------------------------------------------
+# The engine keeps every LoRA trainer of one base model (and compute dtype) in one shared host, whose
+# operations take turns. Read from the rows here, so the API can tell a client why it waits.
+
+def _host_mates(trainer: Trainer, *conditions: Any):
+    """Other live LoRA trainers of `trainer`'s base model and dtype matching `conditions` (the LoRA
+    test runs in Python: a JSON null is not SQL NULL on every database)."""
+    return (select(Trainer).where(Trainer.id != trainer.id, Trainer.base_model_path == trainer.base_model_path,
+                                  Trainer.dtype == trainer.dtype, Trainer.status.not_in(ENDED), *conditions))
+
+
+def _has_op(status: str):
+    return exists().where(TrainerOperation.trainer_id == Trainer.id, TrainerOperation.status == status)
+
+
+def host_mates_waiting(db: Session, trainer: Trainer) -> bool:
+    """Whether another LoRA trainer of `trainer`'s host has operations queued and no worker holding it
+    (its task waits in the broker's queue): the drain of `trainer` lets it go first."""
+    free = or_(Trainer.lease_until.is_(None), Trainer.lease_until < db_now_sql())
+    return any(t.lora for t in db.scalars(_host_mates(trainer, _has_op("queued"), free).limit(20)))
+
+
+def queue_state(db: Session, trainer: Trainer) -> str:
+    """What a client waiting on `trainer`'s queued operations is told: `paused_capacity` while they
+    wait behind another trainer's operation in the shared LoRA host, else `active`."""
+    if not trainer.lora:
+        return "active"
+    mine = db.scalar(select(TrainerOperation.status).where(TrainerOperation.trainer_id == trainer.id,
+                                                           TrainerOperation.status.in_(("queued", "running")))
+                     .order_by(TrainerOperation.status.desc()).limit(1))  # "running" sorts first
+    if mine != "queued":
+        return "active"
+    return "paused_capacity" if any(t.lora for t in db.scalars(_host_mates(trainer, _has_op("running")).limit(20))) \
+        else "active"

@@ -325,6 +325,16 @@ def _finish(model: nn.Module, cfg: ModelConfig, adapter: str | None, trainable: 
     return model
 
 
+def lora_view(base: nn.Module, cfg: ModelConfig, adapter: str | None = None) -> nn.Module:
+    """A trainable LoRA policy over `base`'s tensors: new module objects (so each view gets adapter
+    layers of its own) whose frozen weights are `base`'s very parameters, never copied. `base` is a
+    frozen `load_policy(..., trainable=False)` model without an adapter; it is left unchanged. Seed
+    torch's global RNG first, as for `load_policy`: a fresh adapter is initialised from it."""
+    shared = {id(t): t for t in (*base.parameters(), *base.buffers())}
+    view = copy.deepcopy(base, shared)  # the memo maps every tensor to itself: only modules are new
+    return _finish(view, cfg, adapter, True, task_type="CAUSAL_LM")
+
+
 # --- forward helpers ---------------------------------------------------------------------------------
 
 def is_lora(model: nn.Module) -> bool:

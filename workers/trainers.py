@@ -8,7 +8,11 @@ one worker at a time drives a trainer), then:
   the trainer is unchanged), the trainer's step, tokens and last use, and an event per call;
 - a deleted (or failed) trainer: releases its actor without a save;
 - an active trainer idle past `idle_timeout_s` with nothing queued: releases its actor after saving
-  its state to `trainers/<id>/auto/<n>` (status `idle`); the next call restores from there.
+  its state to `trainers/<id>/auto/<n>` (status `idle`); the next call restores from there;
+- a LoRA trainer lives in its base model's shared host (`engine.interactive.lora_host`): after each
+  operation it lets go when another trainer of that host has operations waiting for a worker, and
+  goes back behind it in the broker's queue (round robin; `core.trainers.queue_state` is what a
+  client is told meanwhile). Its idle release pages its adapter and optimizer state out of the host.
 
 An actor that is not alive when an operation comes (idle release, a node or worker lost) is started
 again from the trainer's last full save (`state_path`: a `save_state`, `load_state` or idle-release
@@ -172,6 +176,15 @@ def drain(trainer_id: str) -> str:
             return release_if_idle(trainer) or f"ran {done} operation(s)"
         run_one(trainer, op_id)
         done += 1
+        if trainer.lora and _host_mates_waiting(trainer):
+            # Round robin between the LoRA trainers of one host: a long queue goes back behind the
+            # others' tasks after each operation (let_go sends this task again).
+            return f"ran {done} operation(s), yielded to trainers sharing the host"
+
+
+def _host_mates_waiting(trainer: Trainer) -> bool:
+    with session_factory()() as db:
+        return trainers.host_mates_waiting(db, trainer)
 
 
 def session_spec(trainer: Trainer) -> SessionSpec:
@@ -236,12 +249,12 @@ def run_one(trainer: Trainer, op_id: str) -> None:
         validate_payload(op.kind, payload)  # bad input fails the operation before any actor starts
     except EngineError as err:
         return finish(trainer, op, error=_user_error(err) if is_worded_for_users(err) else public_error(op.id, err))
-    alive = session_alive(trainer.id, spec.ray_address)
+    alive = session_alive(spec)
     restore_from = None if alive else trainer.state_path
     try:
-        result = run_operation(spec, op.kind, payload, restore_from=restore_from)
+        result = run_operation(spec, op.kind, payload, restore_from=restore_from, expect_alive=alive)
     except Exception as err:  # noqa: BLE001 - every failure is recorded on the operation
-        up = session_alive(trainer.id, spec.ray_address)
+        up = session_alive(spec)
         error = _user_error(err) if is_worded_for_users(err) else public_error(op.id, err)
         if not alive and not up and is_worded_for_users(err):  # the model (or its last save) cannot be loaded
             return finish(trainer, op, error=error, trainer_failed=error)

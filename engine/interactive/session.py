@@ -49,11 +49,15 @@ class TrainingSession:
     Args:
         spec: what to load and where states go.
         num_threads: torch intra-op threads (None: torch's default).
+        base: a LoRA trainer's frozen base model, shared with other trainers
+            (`engine.interactive.lora_host`): the adapter goes on a view of it instead of a model of
+            its own (`engine.models.lora_view`). None: the trainer loads its model itself.
     """
 
-    def __init__(self, spec: SessionSpec, num_threads: int | None = None) -> None:
+    def __init__(self, spec: SessionSpec, num_threads: int | None = None, base: nn.Module | None = None) -> None:
         self.spec = spec
         self.num_threads = num_threads
+        self.base = base
         self.artifacts = Artifacts(dict(spec.storage_options or {}), spec.artifact_cache_dir)
         self.model: nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
@@ -92,7 +96,11 @@ class TrainingSession:
             torch.manual_seed(self.spec.seed)  # the LoRA adapter's initial weights, as a job seeds them
             local = self.artifacts.stage(self.spec.model_path)
             self.tokenizer = models.load_tokenizer(local)
-            self.model = self._load(self.spec.model_path, lora=True, trainable=True)
+            if self.base is None:
+                self.model = self._load(self.spec.model_path, lora=True, trainable=True)
+            else:
+                adapter = local if os.path.isfile(os.path.join(local, "adapter_config.json")) else None
+                self.model = models.lora_view(self.base, self._model_config(True), adapter).to(self.device)
             self.model.train()
             self.params = [p for p in self.model.parameters() if p.requires_grad]
             head = (self.model.get_base_model() if models.is_lora(self.model) else self.model).get_output_embeddings()

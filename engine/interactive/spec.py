@@ -3,6 +3,7 @@ Ray), so a caller can build one without loading either."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,3 +51,19 @@ class SessionSpec:
 
 def actor_name(session_id: str) -> str:
     return f"{ACTOR_PREFIX}{session_id}"
+
+
+HOST_PREFIX = "keel-lora-"
+
+
+def shares_base(spec: SessionSpec) -> bool:
+    """Whether the trainer lives in a shared LoRA host (`engine.interactive.lora_host`): every LoRA
+    trainer does; a full-parameter trainer keeps an actor of its own."""
+    return spec.lora_rank > 0
+
+
+def host_name(spec: SessionSpec) -> str:
+    """The shared host of a LoRA trainer: one per base model, compute dtype and device kind (trainers
+    that differ in these cannot share base tensors)."""
+    key = "\0".join((spec.model_path, spec.dtype, "gpu" if spec.num_gpus > 0 else "cpu"))
+    return HOST_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:16]
