@@ -28,7 +28,7 @@ TESTS = ROOT / "tests"
 GROUPS: dict[str, list[str]] = {
     "engine": ["engine", "bench", "core", "cli", "cluster", "embedded"],
     "api": ["api", "security", "fuzz", "sdk", "openai", "test_architecture.py", "test_deployment.py",
-            "test_monitoring_deployment.py", "storage"],
+            "test_monitoring_deployment.py", "storage", "tinker"],
     "workers": ["workers", "faults", "trainers"],
 }
 
