@@ -1,6 +1,7 @@
 # The API image (also runs `keel migrate`): no torch, no ray. It serves HTTP and enqueues jobs by task
-# name. It holds only what `keel api` and `keel migrate` import; tests/test_deployment.py copies exactly
-# the files these COPY lines select and imports the app from them with torch and ray made unimportable.
+# name. It holds only what `keel api` and `keel migrate` import; tests/test_deployment_images.py copies
+# exactly the files these COPY lines select and imports the app from them with torch and ray made
+# unimportable.
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app

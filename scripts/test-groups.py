@@ -27,7 +27,9 @@ TESTS = ROOT / "tests"
 # `embedded` (`keel up` on SQLite, the embedded broker and a local Ray, a few minutes) joins the lightest.
 GROUPS: dict[str, list[str]] = {
     "engine": ["engine", "bench", "core", "cli", "cluster", "embedded"],
-    "api": ["api", "security", "fuzz", "sdk", "openai", "test_architecture.py", "test_deployment.py",
+    "api": ["api", "security", "fuzz", "sdk", "openai", "test_architecture.py",
+            "test_deployment_images.py", "test_deployment_compose.py", "test_deployment_k8s.py",
+            "test_deployment_entrypoint.py",
             "test_monitoring_deployment.py", "storage", "tinker"],
     "workers": ["workers", "faults", "trainers"],
 }
