@@ -4,8 +4,9 @@ The answer is long-polled: the route re-reads the request's row until it is done
 (under the client's 45 s timeout), then answers one of
 
 - `{"type": "try_again", "queue_state": ...}` while it waits: `active` when it is running or its
-  trainer's worker holds it, `paused_capacity` while it has waited `CAPACITY_AFTER_S` with no worker
-  on it (the cluster has no room for its actor yet);
+  trainer's worker holds it; `paused_capacity` while it waits its turn behind other training clients
+  sharing its base model's host (`core.trainers.queue_state`), or has waited `CAPACITY_AFTER_S` with
+  no worker on it (no room on the cluster for its actor yet);
 - the result: JSON, or protobuf bytes for the kinds the client reads only that way
   (forward / forward_backward, sampling);
 - `{"error", "category"}`: `user` for bad input (the message names the field), `server` for a system
@@ -38,6 +39,7 @@ from api.tinker.auth import TinkerCaller
 from core.db import session_factory
 from core.models import Trainer, TrainerOperation
 from core.tinker import TinkerModel, TinkerRequest
+from core.trainers import queue_state as trainer_queue_state
 
 log = logging.getLogger(__name__)
 
@@ -99,11 +101,13 @@ def operation_error(error: dict[str, Any] | None) -> Failed:
 
 
 def _queue_state(db: Session, op: TrainerOperation) -> Pending:
-    if op.status == "running":
-        return Pending("active")
     trainer = db.get(Trainer, op.trainer_id)
+    if op.status == "running" or trainer is None:
+        return Pending("active")
+    if trainer_queue_state(db, trainer) == "paused_capacity":
+        return Pending("paused_capacity", "waiting its turn behind other training clients of the same base model")
     now = datetime.now(UTC)
-    held = trainer is not None and trainer.lease_until is not None and trainer.lease_until > now
+    held = trainer.lease_until is not None and trainer.lease_until > now
     if not held and op.created_at is not None and now - op.created_at > timedelta(seconds=CAPACITY_AFTER_S):
         return Pending("paused_capacity", "waiting for room on the cluster for this model")
     return Pending("active")
