@@ -5,6 +5,7 @@ from __future__ import annotations
 from alembic import context
 
 import core.tinker  # noqa: F401 - its tables join Base.metadata
+import core.tinker_samplers  # noqa: F401
 from core.config import settings
 from core.db import get_engine
 from core.models import Base

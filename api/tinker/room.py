@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
-from api.tinker import futures, sessions, training
+from api.tinker import futures, sampling, sessions, training, weights
 
 ROUTERS = (
     sessions.router,  # client config, sessions, heartbeats, telemetry, capabilities
     training.router,  # create_model, get_info, forward_backward, optim_step
     futures.router,  # retrieve_future
+    weights.router,  # save_weights, save_weights_for_sampler, load_weights, weights_info
+    sampling.router,  # create_sampling_session, samplers/{id}, asample
 )

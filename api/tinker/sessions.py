@@ -3,8 +3,8 @@
 and `healthz`.
 
 A session belongs to the project of the key that made it; another project's session is a 404, as an
-unknown one. Finishing a session (first reason wins) deletes its training clients' trainers: their
-actors go, their saved checkpoints stay usable (`tinker://` paths, Keel models).
+unknown one. Finishing a session (first reason wins) deletes its training clients' trainers and its
+sampler trainers: their actors go, their saved checkpoints stay usable (`tinker://` paths, Keel models).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from api.tinker.auth import TinkerCaller, TinkerProject
 from core.config import settings
 from core.models import Model, Trainer
 from core.tinker import TinkerModel, TinkerSession
+from core.tinker_samplers import sampler_trainer_ids
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ def finish_session(session_id: Annotated[str, PathParam(max_length=64)], project
         db.commit()
         if n:
             trainer_ids = db.scalars(select(TinkerModel.trainer_id).where(TinkerModel.session_id == session_id))
-            for trainer_id in list(trainer_ids):
+            for trainer_id in [*trainer_ids, *sampler_trainer_ids(db, session_id)]:
                 trainer = db.get(Trainer, trainer_id)
                 if trainer is not None:
                     end_trainer(db, trainer, reason="session_finished")

@@ -1,0 +1,123 @@
+"""Sampling through the official `tinker` client against a live Keel: weights saved for the sampler,
+then sampled with string and token-id stops, seeds that reproduce, sampled-token and prompt log-probs
+equal to a forward's; a base model's sampler; `save_weights_and_get_sampling_client`; paths that name
+nothing of the project."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+import tinker
+from tinker import types
+
+TEXTS = ["the cat sat on the mat", "a dog ran in the park", "birds sing at dawn", "rain falls on the roof"]
+
+
+def _supervised(tokenizer) -> list[types.Datum]:
+    data = []
+    for text in TEXTS:
+        ids = tokenizer.encode(text)
+        data.append(types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]),
+                                loss_fn_inputs={"target_tokens": ids[1:], "weights": [1.0] * (len(ids) - 1)}))
+    return data
+
+
+def _forward_logprobs(tc, tokens: list[int]) -> list[float]:
+    """log p(tokens[t] | tokens[:t]) for t >= 1, by the training client's forward."""
+    datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                        loss_fn_inputs={"target_tokens": tokens[1:], "weights": [0.0] * (len(tokens) - 1)})
+    return tc.forward([datum], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
+
+
+def _trainer_operations(url: str, key: str, trainer_id: str) -> list[dict]:
+    headers = {"Authorization": f"Bearer {key.removeprefix('tml-')}"}
+    events = httpx.get(f"{url}/v1/trainers/{trainer_id}/events", params={"limit": 100}, headers=headers, timeout=30)
+    events.raise_for_status()
+    return [e["data"] for e in events.json()["data"] if e["type"] == "trainer.operation"]
+
+
+def test_sampler_weights_sample_with_stops_seeds_and_logprobs(service, base_model, tinker_url, tinker_key):
+    tc = service.create_lora_training_client(base_model=base_model, rank=8, seed=0).result()
+    tokenizer = tc.get_tokenizer()
+    data = _supervised(tokenizer)
+    for _ in range(2):
+        tc.forward_backward(data, "cross_entropy")
+        tc.optim_step(types.AdamParams(learning_rate=5e-3)).result()
+
+    saved = tc.save_weights_for_sampler("snap-1").result()
+    assert saved.path == f"tinker://{tc.model_id}/sampler_weights/snap-1"
+    sampler = service.create_sampling_client(model_path=saved.path).result()
+    prompt_ids = tokenizer.encode("the cat sat")
+    prompt = types.ModelInput.from_ints(prompt_ids)
+
+    # A seed reproduces every sequence of a call; the call answers num_samples sequences with their ids.
+    params = types.SamplingParams(max_tokens=10, seed=17, temperature=1.0)
+    first = sampler.sample(prompt, 3, params, include_prompt_logprobs=True).result()
+    again = sampler.sample(prompt, 3, params).result()
+    assert [s.tokens for s in first.sequences] == [s.tokens for s in again.sequences]
+    assert len(first.sequences) == 3 and all(isinstance(s.sequence_id, str) for s in first.sequences)
+    assert len({s.sequence_id for s in first.sequences + again.sequences}) == 6
+    assert again.prompt_logprobs is None  # only when asked for
+
+    # Sampled-token log-probs and prompt log-probs equal the training client's forward on the same
+    # tokens (it holds the weights the snapshot was saved from).
+    for seq in first.sequences:
+        assert len(seq.logprobs) == len(seq.tokens) > 0
+        assert seq.stop_reason in ("stop", "length")
+        forward = _forward_logprobs(tc, prompt_ids + seq.tokens)
+        assert seq.logprobs == pytest.approx(forward[-len(seq.tokens):], abs=1e-4)
+    assert len(first.prompt_logprobs) == len(prompt_ids) and first.prompt_logprobs[0] is None
+    assert first.prompt_logprobs[1:] == pytest.approx(_forward_logprobs(tc, prompt_ids), abs=1e-4)
+
+    # A string stop cuts the same draw where the text first contains it (kept in the tokens).
+    long = max(first.sequences, key=lambda s: len(s.tokens))
+    assert len(long.tokens) >= 4
+    stop_text = tokenizer.decode(long.tokens[2:4])
+    assert stop_text.strip()
+    cut = sampler.sample(prompt, 3, types.SamplingParams(max_tokens=10, seed=17, stop=[stop_text])).result()
+    shorter = cut.sequences[first.sequences.index(long)]
+    assert shorter.stop_reason == "stop" and stop_text in tokenizer.decode(shorter.tokens)
+    assert len(shorter.tokens) <= 4 and long.tokens[:len(shorter.tokens)] == shorter.tokens
+
+    # A token-id stop ends the sequence at that token.
+    token = long.tokens[2]
+    by_id = sampler.sample(prompt, 3, types.SamplingParams(max_tokens=10, seed=17, stop=[token])).result()
+    ended = by_id.sequences[first.sequences.index(long)]
+    assert ended.stop_reason == "stop" and ended.tokens[-1] == token and len(ended.tokens) <= 3
+
+    # One system: the samples ran as `sample` operations of the training client's trainer.
+    trainers = httpx.get(f"{tinker_url}/v1/trainers", params={"limit": 100}, timeout=30,
+                         headers={"Authorization": f"Bearer {tinker_key.removeprefix('tml-')}"}).json()["data"]
+    [trainer] = [t for t in trainers if t["metadata"].get("tinker_model_id") == tc.model_id]
+    kinds = [op["kind"] for op in _trainer_operations(tinker_url, tinker_key, trainer["id"])]
+    assert kinds.count("sample") == 4 and "save_weights_for_sampler" in kinds
+
+
+def test_a_base_model_sampler(service, base_model):
+    sampler = service.create_sampling_client(base_model=base_model).result()
+    assert sampler.get_tokenizer() is not None  # the base model's directory, loaded by the client
+    tokens = sampler.get_tokenizer().encode("birds sing")
+    out = sampler.sample(types.ModelInput.from_ints(tokens), 2, types.SamplingParams(max_tokens=5, seed=3)).result()
+    assert [len(s.tokens) for s in out.sequences] == [len(s.logprobs) for s in out.sequences]
+    assert all(0 < len(s.tokens) <= 5 for s in out.sequences)
+    logprobs = sampler.compute_logprobs(types.ModelInput.from_ints(tokens)).result()
+    assert logprobs[0] is None and len(logprobs) == len(tokens) and all(x < 0 for x in logprobs[1:])
+
+
+def test_save_weights_and_get_sampling_client(service, base_model):
+    tc = service.create_lora_training_client(base_model=base_model, rank=4, seed=2).result()
+    sampler = tc.save_weights_and_get_sampling_client().result()
+    tokens = tc.get_tokenizer().encode("rain falls")
+    out = sampler.sample(types.ModelInput.from_ints(tokens), 1, types.SamplingParams(max_tokens=4, seed=1)).result()
+    assert 0 < len(out.sequences[0].tokens) <= 4
+    # the session the save made samples the saved weights: those the training client still has
+    forward = _forward_logprobs(tc, tokens + out.sequences[0].tokens)
+    assert out.sequences[0].logprobs == pytest.approx(forward[-len(out.sequences[0].tokens):], abs=1e-4)
+
+
+def test_paths_that_name_nothing_of_the_project_are_refused(service, tinker_url):
+    for path, needle in (("tinker://someone-else:train:0/sampler_weights/x", "model_path"),
+                         ("not-a-path", "model_path")):
+        with pytest.raises((tinker.NotFoundError, tinker.BadRequestError, ValueError)) as err:
+            service.create_sampling_client(model_path=path).result()
+        assert needle in str(err.value) or "tinker://" in str(err.value)
