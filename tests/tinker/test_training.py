@@ -152,11 +152,33 @@ def _future(tc, request_id: str, result_type):
                       request_start_time=time.time(), request_type="OptimStep")
 
 
-def test_keys_travel_in_tinker_form(tinker_url, tinker_key):
+def test_keys_travel_in_tinker_form(tinker_url, tinker_key, base_model):
     ok = httpx.post(f"{tinker_url}/api/v1/client/config", json={"sdk_version": "0.38.0"},
                     headers={"X-API-Key": tinker_key}, timeout=30)
     assert ok.status_code == 200 and ok.json()["parallel_fwdbwd_chunks"] is False
+    rest = tinker.RestClient(base_url=tinker_url, api_key=tinker_key)
+    models = [m.model_name for m in rest.get_server_capabilities().result().supported_models]
+    assert base_model in models
     for bad in ("tml-keel_not-a-key", "tml-", ""):
         refused = httpx.post(f"{tinker_url}/api/v1/client/config", json={}, headers={"X-API-Key": bad}, timeout=30)
         assert refused.status_code == 401, bad
     assert httpx.get(f"{tinker_url}/api/v1/healthz", timeout=30).json() == {"status": "ok"}
+
+
+def test_a_new_key_comes_in_both_forms_and_is_revoked_in_both(tinker_url):
+    from core.db import session_scope
+    from core.security import create_api_key, get_or_create_project
+
+    with session_scope() as db:
+        project, _ = get_or_create_project(db, "tinker-keys")
+        admin = {"Authorization": f"Bearer {create_api_key(db, project, admin=True)}"}
+    created = httpx.post(f"{tinker_url}/v1/keys", json={"name": "tinker"}, headers=admin, timeout=30).json()
+    assert created["tinker_api_key"] == "tml-" + created["key"]
+    tml = {"X-API-Key": created["tinker_api_key"]}
+    session = httpx.post(f"{tinker_url}/api/v1/create_session", json={"tags": [], "sdk_version": "0.38.0"},
+                         headers=tml, timeout=30)
+    assert session.status_code == 200 and session.json()["session_id"]
+    httpx.delete(f"{tinker_url}/v1/keys/{created['id']}", headers=admin, timeout=30).raise_for_status()
+    refused = httpx.post(f"{tinker_url}/api/v1/session_heartbeat", json={"session_id": session.json()["session_id"]},
+                         headers=tml, timeout=30)
+    assert refused.status_code == 401
