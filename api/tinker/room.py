@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from api.tinker import futures, sampling, sessions, training, weights
+from api.tinker import futures, runs, sampling, sessions, training, weights
 
 ROUTERS = (
     sessions.router,  # client config, sessions, heartbeats, telemetry, capabilities
@@ -11,4 +11,5 @@ ROUTERS = (
     futures.router,  # retrieve_future
     weights.router,  # save_weights, save_weights_for_sampler, load_weights, weights_info
     sampling.router,  # create_sampling_session, samplers/{id}, asample
+    runs.router,  # training_runs, checkpoints (list, delete), save_weights_external, signed downloads
 )
