@@ -4,6 +4,8 @@ reporter)` (like verl's trainers or torchtune's recipes): `sft`, `reward_model` 
 loop over `engine.roles`) and `evaluate`.
 
 `supervised` is the loop that SFT, reward-model training and distillation share; `pair_scores` caches
-what a pair method computes once before training; `ppo_experience` turns a PPO step's rollouts into
-advantages. `engine.runtime.jobs` maps a job's method name to its entry point here.
+what a pair method computes once before training. The `ppo_*` modules hold what the PPO loop calls:
+`ppo_dispatch` (talking to the roles), `ppo_rollout`, `ppo_experience` (rollouts into advantages),
+`ppo_update`, `ppo_validation` and `ppo_checkpoint`. `engine.runtime.jobs` maps a job's method name to
+its entry point here.
 """

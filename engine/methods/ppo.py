@@ -38,46 +38,36 @@ schedules) and the loop state (step, data position, KL controller, mitigations, 
 sampling uses counter-based seeds per (job seed, batch, row), so a resumed job continues exactly.
 A resume checks that the recorded step, data position and actor schedule agree (else
 `invalid_checkpoint`) and logs where it continues.
+
+What the loop calls lives beside it: `ppo_dispatch` (submissions to the roles, bounded gathers),
+`ppo_rollout` (the rollout phase), `ppo_experience` (shaping, dynamic sampling, advantages, metrics),
+`ppo_update` (the update phase), `ppo_validation` (validation, overfit, collapse) and
+`ppo_checkpoint` (checkpoints and the resume invariants).
 """
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from engine.algos import (
-    AdaptiveKLController,
-    FixedKLController,
-    apply_kl_in_reward,
-    kl_penalty,
-    masked_mean,
-)
-from engine.algos.correction import logprob_gap
+from engine.algos import AdaptiveKLController, FixedKLController
 from engine.config import JobRequest, JobResult, PPOConfig, check_parallel
 from engine.data import PromptExample, load_rows, tokenize_prompts
-from engine.errors import Cancelled, ConfigError, DataError, Diverged, Paused, StepTimeout
-from engine.guardrails import (
-    ReplayBuffer,
-    Verdict,
-    distinct_ratio,
-    judge_collapse,
-    judge_step,
-    overfit_gap,
-    reward_filter_mask,
-    sequence_mean_kl,
-)
+from engine.errors import Cancelled, ConfigError, DataError, Diverged, Paused
+from engine.guardrails import ReplayBuffer, Verdict, judge_step, sequence_mean_kl
+from engine.methods import ppo_checkpoint, ppo_rollout, ppo_update, ppo_validation
 from engine.methods import ppo_experience as experience
+from engine.methods.ppo_dispatch import RoleDispatch
+from engine.methods.ppo_validation import VAL_STREAM
 from engine.models import load_tokenizer
 from engine.rewards.rules import rule_reward_kwargs
-from engine.roles.batch import build_batch, concat, select, shard_rows
 from engine.rollout.sampling import row_seed
 from engine.rollout.vllm import vllm_available
-from engine.runtime.artifacts import for_request, is_remote, join
-from engine.runtime.checkpoint import COMPLETE, CheckpointError, atomic_dir, step_dir
+from engine.runtime.artifacts import for_request, join
+from engine.runtime.checkpoint import COMPLETE, CheckpointError
 from engine.runtime.cluster import connect
 from engine.runtime.distributed import start_group
 from engine.runtime.reporting import Reporter
@@ -85,8 +75,6 @@ from engine.runtime.watchdog import MaxDurationExceeded
 
 STARTUP_TIMEOUT_S = 900.0
 """Reserving resources and loading every role's model (not a training step: no step watchdog)."""
-VAL_STREAM = 0x7FFF_FFFF
-"""Batch number used in validation row seeds (training batches count from 0)."""
 
 
 def run_ppo(request: JobRequest, reporter: Reporter) -> JobResult:
@@ -208,6 +196,8 @@ class PPOTrainer:
         else:
             from engine.roles.remote import RoleCluster as Cluster
         self.roles = start_group(lambda: Cluster(specs, req.resources, startup_timeout_s=STARTUP_TIMEOUT_S))
+        self.dispatch = RoleDispatch(self.roles, cfg, num_workers=w, num_mini_batches=self.num_mini_batches,
+                                     lora=self.lora, use_critic=self.use_critic, on_policy=self.on_policy)
         self.reporter.placement(self.roles.placement())
 
     # --- loop state ----------------------------------------------------------------------------
@@ -235,62 +225,25 @@ class PPOTrainer:
         refs = self.roles["actor"].submit_all("load_checkpoint", join(path, "actor"))
         if self.use_critic:
             refs += self.roles["critic"].submit_all("load_checkpoint", join(path, "critic"))
-        state = self._gather({"load": refs}, time.perf_counter() + self.cfg.guardrails.step_timeout_s,
-                             "resume")["load"][0]["trainer"]
+        state = self.dispatch.gather({"load": refs}, time.perf_counter() + self.cfg.guardrails.step_timeout_s,
+                                     "resume", self.step + 1)["load"][0]["trainer"]
         self._restore_progress(state)
         self.rollbacks = int(state["rollbacks"])
         self.rollback_history = list(state.get("rollback_history", []))
         self.lr_scale, self.clip_ratio = float(state["lr_scale"]), state["clip_ratio"]
         if self.clip_ratio is not None:
-            self._gather({"clip": self.roles["actor"].submit_all("set_clip_ratio", self.clip_ratio)},
-                         time.perf_counter() + 60, "resume")
-        position = self._check_resumed(path, state)
+            self.dispatch.gather({"clip": self.roles["actor"].submit_all("set_clip_ratio", self.clip_ratio)},
+                                 time.perf_counter() + 60, "resume", self.step + 1)
+        position = ppo_checkpoint.check_resumed(self.dispatch, self.cfg, path, state, step=self.step,
+                                                consumed=self.consumed)
         self.reporter.log(f"resumed from {path}: continuing after step {self.step} at data position "
                           f"{self.consumed} (batches consumed), {position} actor updates (checked)")
-
-    def _check_resumed(self, path: str, state: dict[str, Any]) -> int:
-        """The resume invariants: the loop continues at the step the checkpoint is named for, with
-        the data position its steps consumed and the optimizer where its updates left it. A
-        checkpoint whose recorded state disagrees would skip or repeat data silently: it fails.
-        Returns the actor's scheduler position."""
-        problems = []
-        named = re.search(r"step_(\d+)/*$", str(path))
-        if named and int(named.group(1)) != self.step:
-            problems.append(f"the checkpoint is step {named.group(1)} but records step {self.step}")
-        gen_batches = self.cfg.algorithm.filter_groups.enable  # dynamic sampling may read more batches
-        if self.consumed < self.step or (not gen_batches and self.consumed != self.step):
-            problems.append(f"data position {self.consumed} does not follow from {self.step} steps")
-        updates = self._gather({"pos": self.roles["actor"].submit_all("optimizer_position")},
-                               time.perf_counter() + 60, "resume")["pos"]
-        expected = int(state.get("actor_updates", max(0, self.step - self.cfg.trainer.critic_warmup)))
-        if any(u != expected for u in updates):
-            problems.append(f"the actor's optimizer schedule is at {updates[0]} updates, {expected} recorded")
-        if problems:
-            raise CheckpointError(f"cannot resume from {path}: " + "; ".join(problems), param="resume_from",
-                                  data={"step": self.step, "consumed": self.consumed, "actor_updates": updates[0],
-                                        "expected_actor_updates": expected})
-        return expected
 
     # --- helpers -------------------------------------------------------------------------------
 
     def _check_stop(self) -> None:
         if self.reporter.should_stop():
             raise Cancelled(f"cancelled after step {self.step}", data={"step": self.step})
-
-    def _gather(self, refs: dict[str, list[Any]], deadline: float, phase: str) -> dict[str, list[Any]]:
-        """One `ray.get` for every ref of a phase, bounded by the step's deadline."""
-        keys = [(k, len(v)) for k, v in refs.items()]
-        flat = [r for v in refs.values() for r in v]
-        try:
-            values = self.roles.get(flat, timeout=max(0.0, deadline - time.perf_counter()))
-        except TimeoutError:  # Ray's GetTimeoutError is one too
-            timeout = self.cfg.guardrails.step_timeout_s
-            raise StepTimeout(f"step {self.step + 1} ran past step_timeout_s={timeout:g} ({phase})",
-                              data={"step": self.step + 1, "phase": phase, "timeout_s": timeout}) from None
-        out, i = {}, 0
-        for key, n in keys:
-            out[key], i = values[i:i + n], i + n
-        return out
 
     def _prompts(self, index: int) -> tuple[int, list[PromptExample]]:
         """(0-based epoch, prompts) of training batch `index` (a fresh shuffle per epoch)."""
@@ -302,79 +255,6 @@ class PPOTrainer:
             self._perms = {epoch: perm}
         bs = self.cfg.data.train_batch_size
         return epoch, [self.train[i] for i in self._perms[epoch][pos * bs:(pos + 1) * bs]]
-
-    @staticmethod
-    def _meta(p: PromptExample) -> dict[str, Any]:
-        return {"ground_truth": p.ground_truth, "data_source": p.data_source, "prompt": p.text,
-                "conversation": p.conversation}
-
-    def _submit_rollout(self, prompts: list[list[int]], seeds: list[int], meta: list[dict[str, Any]], *,
-                        validate: bool, extra_batch: dict[str, torch.Tensor] | None = None, greedy: bool = False,
-                        ) -> tuple[dict[str, list[Any]], list[int]]:
-        """Submit generation and everything that depends only on it, for every worker (`validate`:
-        generation and scores only; `greedy`: argmax decoding, ReMax's baseline).
-
-        Returns the refs by kind and the row order of the shards (results concatenate in it).
-        """
-        roles = self.roles
-        shards, _ = shard_rows(len(prompts), 1 if validate else self.num_mini_batches, self.num_workers)
-        refs: dict[str, list[Any]] = {k: [] for k in ("batch", "gen", "old", "ref", "values", "scores")}
-        ref_role = roles["actor"] if self.lora else roles["ref"]
-        idle = (["actor"] if validate else ["actor", "actor", "critic"])
-        for w, rows in enumerate(shards):
-            if not rows:  # fsdp2 roles: still join the collective unshard of each phase
-                refs.setdefault("idle", []).extend(self._idle(w, idle))
-                continue
-            # Everything that reads only the generated batch, chained behind the generation (one call
-            # on a colocated worker): its scores, then old log-probs, reference log-probs and values.
-            then: list[tuple[str, Any, str, tuple]] = [("scores", roles["reward"], "compute_scores",
-                                                        ([meta[i] for i in rows],))]
-            if not validate:
-                if not self.on_policy:
-                    then.append(("old", roles["actor"], "compute_log_prob", ()))
-                then.append(("ref", ref_role, "compute_ref_log_prob", ()))
-                if self.use_critic:
-                    then.append(("values", roles["critic"], "compute_values", ()))
-            batch, seconds, *outs = roles["actor"].submit_then(
-                w, "generate", ([prompts[i] for i in rows], [seeds[i] for i in rows], validate, greedy),
-                [(group, method, args) for _, group, method, args in then], num_returns=2)
-            refs["batch"].append(batch)
-            refs["gen"].append(seconds)
-            for (kind, *_), out in zip(then, outs, strict=True):
-                refs[kind].append(out)
-        if extra_batch is not None:  # replayed samples: fresh log-probs and values, stored scores
-            # Worker 0 scores them; the rest of a sequence-parallel group joins it with no rows of its own.
-            none = select(extra_batch, [])
-            calls = [("extra_old", "actor", "compute_log_prob"),
-                     ("extra_ref", "actor" if self.lora else "ref", "compute_ref_log_prob")]
-            if self.use_critic:
-                calls.append(("extra_values", "critic", "compute_values"))
-            for kind, role, method in calls:
-                refs[kind] = [roles[role].submit(0, method, extra_batch)]
-                for w in range(1, self._sp(role)):
-                    refs.setdefault("idle", []).append(roles[role].submit(w, method, none))
-            for w in range(1, self.num_workers):
-                refs.setdefault("idle", []).extend(self._idle(w, [r for r in ("actor", "critic") if w >= self._sp(r)]))
-        return refs, [r for rows in shards for r in rows]
-
-    def _sp(self, role: str) -> int:
-        """`role`'s `ulysses_sequence_parallel_size` (workers that share rows)."""
-        return getattr(self.cfg, role).ulysses_sequence_parallel_size
-
-    def _sharded(self, role: str) -> bool:
-        """True when `role` runs FSDP2 over several workers (`engine.runtime.sharding`)."""
-        if role == "critic" and not self.use_critic:
-            return False
-        return self.num_workers > 1 and getattr(self.cfg, role).strategy == "fsdp2"
-
-    def _idle(self, worker: int, roles: Sequence[str]) -> list[Any]:
-        """`idle_gather` on `worker` for each sharded role of `roles`, in order."""
-        return [self.roles[r].submit(worker, "idle_gather") for r in roles if self._sharded(r)]
-
-    def _submit_rank0(self, role: str, method: str, *args: Any) -> list[Any]:
-        """Rank 0 only, or every worker of an fsdp2 role (each writes or gathers its shards)."""
-        group = self.roles[role]
-        return group.submit_all(method, *args) if self._sharded(role) else [group.submit(0, method, *args)]
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -408,8 +288,9 @@ class PPOTrainer:
                 self._train_step()
             if not self.final_metrics:  # resumed after the last step: report the final validation only
                 self.final_metrics = self._validate(time.perf_counter() + self.cfg.guardrails.step_timeout_s)
-            fmt = self._gather({"save": self._submit_rank0("actor", "save_model", self.request.output_dir)},
-                               time.perf_counter() + self.cfg.guardrails.step_timeout_s, "save_model")["save"][0]
+            save = self.dispatch.submit_rank0("actor", "save_model", self.request.output_dir)
+            fmt = self.dispatch.gather({"save": save}, time.perf_counter() + self.cfg.guardrails.step_timeout_s,
+                                       "save_model", self.step + 1)["save"][0]
             return JobResult(output_dir=self.request.output_dir, model_format=fmt, model_kind="policy",
                              metrics=dict(self.final_metrics))
         finally:
@@ -418,25 +299,9 @@ class PPOTrainer:
     def _baseline_validation(self) -> None:
         """`trainer.val_before_train`: the untrained policy's validation, logged at step 0."""
         metrics = self._validate(time.perf_counter() + self.cfg.guardrails.step_timeout_s)
-        self._collapse(0, None, metrics)  # at step 0 a collapse can only be reported
+        ppo_validation.collapse(self.reporter, self.cfg, self.tokenizer, self.val, self.val_responses, 0, None,
+                                metrics)  # at step 0 a collapse can only be reported
         self.reporter.metrics(0, metrics, total_steps=self.total_steps, epoch=0)
-
-    def _collapse(self, step: int, entropy: float | None, metrics: dict[str, float]) -> Verdict:
-        """Judge the step's generations (`judge_collapse`); a `warn` verdict is reported here with a
-        few decoded offending validation responses, a `rollback` one is left to the caller."""
-        responses = self.val_responses if "val/reward/mean" in metrics else None
-        eos = [self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else []
-        verdict = judge_collapse(entropy, responses, self.cfg.guardrails, eos)
-        if verdict.action == "ok":
-            return verdict
-        rows = verdict.evidence.get("sample_rows", [])
-        samples = [{"prompt": self.val[i].text[-200:],
-                    "response": self.tokenizer.decode(responses[i], skip_special_tokens=False)[:200]}
-                   for i in rows] if responses is not None else []
-        verdict = Verdict(verdict.action, verdict.reason, {**verdict.evidence, "samples": samples})
-        if verdict.action == "warn" or step == 0:
-            self.reporter.warning("collapse", f"step {step}: {verdict.reason}", {"step": step, **verdict.evidence})
-        return verdict
 
     def _save_boundary(self, resumed_at: int) -> None:
         """Checkpoint the last finished step on the way out (pause, time limit), unless it has one."""
@@ -465,12 +330,15 @@ class PPOTrainer:
             self._rollback(step, Verdict("rollback", f"non-finite reward in {bad} samples",
                                          {"nonfinite": ["reward"], "rows": bad}), start_state)
             return
-        adv = self._advantages(rollout)
+        adv = experience.step_advantages(
+            cfg, rollout, self.kl_ctrl, self.replay, use_critic=self.use_critic,
+            filter_seed=row_seed(self.request.seed, self.consumed, VAL_STREAM - 1))
 
         self._check_stop()
         if self.fault_hook is not None:
             self.fault_hook(self, step)
-        updates, new_log_probs, sampling_log_probs = self._update_phase(step, rollout, adv, deadline)
+        updates, new_log_probs, sampling_log_probs = ppo_update.update(
+            self.dispatch, cfg, step, rollout, adv, deadline, num_critic_mini_batches=self.num_critic_mini_batches)
 
         # The rows the update saw: PF-PPO's dropped rows were never scored (their log-probs are 0).
         mask = adv["loss_mask"]
@@ -491,7 +359,7 @@ class PPOTrainer:
 
         metrics = experience.step_metrics(cfg, rollout, adv, updates, guard_kl=guard_kl, rollbacks=self.rollbacks)
         metrics["guardrails/step_kl"] = step_kl
-        metrics.update(self._logprob_gap(step, rollout, sampling_log_probs, mask))
+        metrics.update(ppo_update.logprob_gap_metrics(self.reporter, cfg, step, rollout, sampling_log_probs, mask))
         if cfg.algorithm.filter_groups.enable:
             metrics["train/num_gen_batches"] = float(gen_batches)
         self.step, self.consumed = step, self.consumed + gen_batches
@@ -502,12 +370,14 @@ class PPOTrainer:
         test_freq = cfg.trainer.test_freq
         if self.val and (last or (test_freq > 0 and step % test_freq == 0)):
             metrics.update(self._validate(deadline))
-        collapse = self._collapse(step, metrics.get("actor/entropy"), metrics)
+        collapse = ppo_validation.collapse(self.reporter, cfg, self.tokenizer, self.val, self.val_responses, step,
+                                           metrics.get("actor/entropy"), metrics)
         if collapse.action == "rollback":
             self._rollback(step, collapse, start_state)
             return
         if last:
-            metrics.update(self._overfit(metrics))
+            metrics.update(ppo_validation.overfit(self.reporter, metrics, self.train_scores, self.train_spreads,
+                                                  self.steps_per_epoch))
         step_time = time.perf_counter() - step_start
         metrics["timing_s/step"] = step_time
         metrics["perf/throughput"] = metrics["perf/total_num_tokens"] / step_time / self.num_workers
@@ -521,81 +391,11 @@ class PPOTrainer:
 
     def _rollout_phase(self, prompts: list[PromptExample], deadline: float, *, batch_index: int,
                        snapshot: bool = True) -> dict[str, Any]:
-        """Snapshot the last good state (unless `snapshot` is False: a further generation batch of
-        the same step), then generate `rollout.n` samples per prompt and compute old log-probs,
-        reference log-probs, values, scores (shaped by `reward.overlong_buffer`) and, for ReMax, the
-        greedy baseline's scores: one submission, one gather.
-
-        Returns the batch in row order (prompt-major) with `old`, `ref`, `values` (None without a
-        critic), `scores`, `baselines` (ReMax, else None), `overlong` (the penalties, or None),
-        `uids` (prompt index per row), `prompts`, `new_rows` (rows sampled now; replayed rows follow),
-        `replayed` and the workers' timings.
-        """
-        cfg, roles = self.cfg, self.roles
-        trained = [roles["actor"]] + ([roles["critic"]] if self.use_critic else [])
-        snapshots = [r for g in trained for r in g.submit_all("snapshot")] if snapshot else []
-        rows = [p for p in prompts for _ in range(cfg.rollout.n)]
-        uids = [i for i in range(len(prompts)) for _ in range(cfg.rollout.n)]
-        seeds = [row_seed(self.request.seed, batch_index, i) for i in range(len(rows))]
-        replayed = self.replay.take()
-        extra = build_batch([r["prompt"] for r in replayed], [r["response"] for r in replayed],
-                            prompt_width=cfg.data.max_prompt_length, response_width=cfg.data.max_response_length,
-                            pad_id=self.pad_id) if replayed else None
-        refs, order = self._submit_rollout([p.prompt_ids for p in rows], seeds, [self._meta(p) for p in rows],
-                                           validate=False, extra_batch=extra)
-        baseline_order: list[int] = []
-        if cfg.algorithm.adv_estimator == "remax":  # one greedy response per prompt: its score is the baseline
-            greedy, baseline_order = self._submit_rollout(
-                [p.prompt_ids for p in prompts], seeds[:len(prompts)], [self._meta(p) for p in prompts],
-                validate=True, greedy=True)
-            refs["baseline_scores"], refs["baseline_gen"] = greedy["scores"], greedy["gen"]
-            refs["baseline_batch"] = greedy["batch"]
-        out = self._gather({**refs, "snapshot": snapshots}, deadline, "rollout")
-
-        inverse = torch.empty(len(order), dtype=torch.long)
-        inverse[torch.tensor(order)] = torch.arange(len(order))
-        result: dict[str, Any] = {
-            "batch": select(concat(out["batch"]), inverse),
-            "old": torch.cat([o["log_probs"] for o in out["old"]])[inverse] if out["old"] else None,
-            "ref": torch.cat([o["log_probs"] for o in out["ref"]])[inverse],
-            "values": torch.cat([o["values"] for o in out["values"]])[inverse] if self.use_critic else None,
-            "scores": torch.cat([o["scores"] for o in out["scores"]])[inverse],
-            "baselines": None, "overlong": None,
-            "uids": uids, "prompts": rows, "new_rows": len(rows), "replayed": len(replayed),
-            "timing": {
-                "timing_s/gen": max(out["gen"]),
-                "timing_s/snapshot": max((o["time_s"] for o in out["snapshot"]), default=0.0),
-                **({"timing_s/old_log_prob": max(o["time_s"] for o in out["old"])} if out["old"] else {}),
-                "timing_s/ref": max(o["time_s"] for o in out["ref"]),
-                "timing_s/reward": max(o["time_s"] for o in out["scores"]),
-                **({"timing_s/values": max(o["time_s"] for o in out["values"])} if self.use_critic else {}),
-            },
-        }
-        if replayed:  # replayed rows: fresh log-probs and values, the scores they earned
-            sampled = result["batch"]
-            extra["policy_version"] = sampled["policy_version"][:1].expand(len(replayed), -1).clone()
-            if "rollout_log_probs" in sampled:  # re-scored now: the trainer's own log-probs, no gap
-                extra["rollout_log_probs"] = out["extra_old"][0]["log_probs"].float()
-            result["batch"] = concat([result["batch"], extra])
-            result["old"] = torch.cat([result["old"], out["extra_old"][0]["log_probs"]])
-            result["ref"] = torch.cat([result["ref"], out["extra_ref"][0]["log_probs"]])
-            result["scores"] = torch.cat([result["scores"], torch.tensor([r["score"] for r in replayed])])
-            if self.use_critic:
-                result["values"] = torch.cat([result["values"], out["extra_values"][0]["values"]])
-            result["uids"] = uids + [-1 - j for j in range(len(replayed))]
-        new = slice(0, len(rows))
-        lengths = result["batch"]["response_mask"][new].sum(-1)
-        result["scores"][new], result["overlong"] = experience.shape_scores(result["scores"][new], lengths, cfg)
-        if baseline_order:
-            # The baseline is shaped as the samples are (DAPO's overlong penalty on its own length).
-            greedy_lengths = concat(out["baseline_batch"])["response_mask"].sum(-1)
-            greedy_scores, _ = experience.shape_scores(
-                torch.cat([o["scores"] for o in out["baseline_scores"]]).float(), greedy_lengths, cfg)
-            per_prompt = torch.empty(len(prompts))
-            per_prompt[torch.tensor(baseline_order)] = greedy_scores
-            result["baselines"] = per_prompt[torch.tensor(uids)]
-            result["timing"]["timing_s/gen_baseline"] = max(out["baseline_gen"])
-        return result
+        """One generation batch of the next step with the replay buffer's samples
+        (`ppo_rollout.collect`; `snapshot` False: a further batch of the same step)."""
+        return ppo_rollout.collect(self.dispatch, self.cfg, prompts, deadline, step=self.step + 1,
+                                   seed=self.request.seed, batch_index=batch_index, replayed=self.replay.take(),
+                                   pad_id=self.pad_id, snapshot=snapshot)
 
     def _fill_informative_groups(self, rollout: dict[str, Any], deadline: float) -> tuple[dict[str, Any], int]:
         """DAPO dynamic sampling: generate further prompt batches until `data.train_batch_size` groups
@@ -619,170 +419,18 @@ class PPOTrainer:
                                   {"step": self.step + 1, "informative": informative, "wanted": wanted})
         return experience.take_rows(pool, rows), len(parts)
 
-    def _advantages(self, rollout: dict[str, Any]) -> dict[str, Any]:
-        """Scores on the last response token, PF-PPO filtering, the KL penalty in the reward (and the
-        KL controller update), then the advantages of `algorithm.adv_estimator`."""
-        cfg = self.cfg
-        start = time.perf_counter()
-        batch, scores, values = rollout["batch"], rollout["scores"], rollout["values"]
-        mask = batch["response_mask"]
-        lengths = mask.sum(-1)
-        token_scores = torch.zeros(mask.shape, dtype=torch.float32)
-        token_scores[torch.arange(len(scores)), (lengths - 1).clamp(min=0)] = scores
-        new_rows = rollout["new_rows"]
-        keep = torch.ones(len(scores), dtype=torch.bool)
-        rf = cfg.guardrails.reward_filter
-        if rf.enable:  # random tie-breaks from (seed, step): a resumed or retried step filters the same
-            generator = torch.Generator().manual_seed(row_seed(self.request.seed, self.consumed, VAL_STREAM - 1))
-            keep[:new_rows] = reward_filter_mask(scores[:new_rows], rollout["uids"][:new_rows], rf.mode, generator)
-        loss_mask = mask * keep[:, None]
-        # On-policy there are no old log-probs yet: `_train_step` fills the KL in from the update's.
-        kl = None if rollout["old"] is None else kl_penalty(rollout["old"], rollout["ref"], cfg.algorithm.kl_penalty)
-        current_kl = None if kl is None else float(masked_mean(kl, mask, dim=-1).mean())
-        beta = self.kl_ctrl.value
-        if cfg.algorithm.use_kl_in_reward:
-            rewards = apply_kl_in_reward(token_scores, kl, beta, mask)
-            self.kl_ctrl.update(current_kl, n_steps=len(scores))
-        else:
-            rewards = token_scores
-        advantages, returns = experience.advantages(cfg.algorithm, rewards, mask, keep, rollout)
-        raw_advantages = returns - values if self.use_critic else advantages
-        if rf.enable and rf.replay_buffer_size:
-            self.replay.push([{"prompt": rollout["prompts"][i].prompt_ids,
-                               "response": batch["responses"][i, :int(lengths[i])].tolist(),
-                               "score": float(scores[i])} for i in range(new_rows) if keep[i]])
-        return {"rewards": rewards, "advantages": advantages, "returns": returns, "raw_advantages": raw_advantages,
-                "keep": keep, "loss_mask": loss_mask, "current_kl": current_kl, "beta": beta,
-                "seconds": time.perf_counter() - start}
-
-    def _update_phase(self, step: int, rollout: dict[str, Any], adv: dict[str, Any],
-                      deadline: float) -> tuple[dict[str, list[Any]], torch.Tensor, torch.Tensor | None]:
-        """Critic and actor updates, submitted together (the actor only after `critic_warmup`).
-
-        Returns the workers' results, the updated policy's log-probs of the batch (the rollout
-        log-probs when the actor did not update) and, on-policy, the sampling policy's log-probs
-        the update computed before its step (else None).
-        """
-        roles, old = self.roles, rollout["old"]
-        train = dict(rollout["batch"], response_mask=adv["loss_mask"],
-                     ref_log_probs=rollout["ref"], advantages=adv["advantages"], returns=adv["returns"])
-        if old is not None:  # on-policy: the actor takes its own forward's log-probs as the old ones
-            train["old_log_probs"] = old
-        if self.use_critic:
-            train["values"] = rollout["values"]
-        n = len(rollout["ref"])
-        refs: dict[str, list[Any]] = {"actor": [], "critic": []}
-        if self.use_critic:
-            c_rows, c_sizes = shard_rows(n, self.num_critic_mini_batches, self.num_workers)
-            refs["critic"] = [roles["critic"].submit(w, "update_critic", select(train, r), s)
-                              for w, (r, s) in enumerate(zip(c_rows, c_sizes))]
-        a_rows, a_sizes = shard_rows(n, self.num_mini_batches, self.num_workers)
-        if step > self.cfg.trainer.critic_warmup:
-            refs["actor"] = [roles["actor"].submit(w, "update_actor", select(train, r), s)
-                             for w, (r, s) in enumerate(zip(a_rows, a_sizes))]
-        updates = self._gather(refs, deadline, "update")
-        if not updates["actor"]:
-            return updates, old, None
-        new_log_probs = torch.empty_like(rollout["ref"])
-        sampling = torch.empty_like(rollout["ref"]) if old is None else None
-        for r, result in zip(a_rows, updates["actor"]):
-            new_log_probs[torch.tensor(r)] = result["log_probs"]
-            if sampling is not None:
-                sampling[torch.tensor(r)] = result["sampling_log_probs"]
-        return updates, new_log_probs, sampling
-
-    def _logprob_gap(self, step: int, rollout: dict[str, Any], sampling_log_probs: torch.Tensor | None,
-                     mask: torch.Tensor) -> dict[str, float]:
-        """`rollout/logprob_diff/mean|max`: the rollout engine's log-probs of the sampled tokens vs
-        the trainer's forward on them under the same weights (the old log-probs); a `logprob_gap`
-        warning above `guardrails.max_logprob_diff`. Nothing when the backend gave no log-probs."""
-        batch = rollout["batch"]
-        trainer = rollout["old"] if rollout["old"] is not None else sampling_log_probs
-        if "rollout_log_probs" not in batch or trainer is None:
-            return {}
-        mean, top = logprob_gap(batch["rollout_log_probs"], trainer, mask)
-        limit = self.cfg.guardrails.max_logprob_diff
-        if limit is not None and mean > limit:
-            self.reporter.warning("logprob_gap", f"step {step}: the rollout engine's log-probs differ from the "
-                                  f"trainer's by {mean:.4f} per token on average (max_logprob_diff {limit:g})",
-                                  {"step": step, "mean": mean, "max": top, "max_logprob_diff": limit})
-        return {"rollout/logprob_diff/mean": mean, "rollout/logprob_diff/max": top}
-
     def _validate(self, deadline: float) -> dict[str, float]:
-        """Greedy (`rollout.val_temperature`) responses to the validation prompts, scored; the
-        responses are kept in `val_responses` (collapse guardrail)."""
+        """Validation metrics (`ppo_validation.validate`); the responses are kept in `val_responses`
+        (collapse guardrail)."""
         if not self.val:
             return {}
-        start = time.perf_counter()
-        size = self.cfg.data.val_batch_size or len(self.val)
-        refs: dict[str, list[Any]] = {"scores": [], "batch": []}
-        orders = []
-        for lo in range(0, len(self.val), size):
-            chunk = self.val[lo:lo + size]
-            seeds = [row_seed(self.request.seed, VAL_STREAM, lo + i) for i in range(len(chunk))]
-            chunk_refs, order = self._submit_rollout([p.prompt_ids for p in chunk], seeds,
-                                                     [self._meta(p) for p in chunk], validate=True)
-            orders.append([lo + i for i in order])
-            refs["scores"] += chunk_refs["scores"]
-            refs["batch"] += chunk_refs["batch"]
-        out = self._gather(refs, deadline, "validation")
-        scores = torch.cat([o["scores"] for o in out["scores"]])
-        order = torch.tensor([i for o in orders for i in o])
-        by_row = torch.empty_like(scores)
-        by_row[order] = scores
-        batch = concat(out["batch"])
-        lengths = batch["response_mask"].sum(-1).tolist()
-        responses: list[list[int]] = [[] for _ in self.val]
-        for j, row in enumerate(order.tolist()):
-            responses[row] = batch["responses"][j, :int(lengths[j])].tolist()
-        self.val_responses = responses
-        metrics = {"val/reward/mean": float(by_row.mean()), "val/distinct_responses": distinct_ratio(responses),
-                   "timing_s/testing": time.perf_counter() - start}
-        sources = sorted({p.data_source for p in self.val if p.data_source})
-        if len(sources) > 1:
-            for source in sources:
-                idx = [i for i, p in enumerate(self.val) if p.data_source == source]
-                metrics[f"val/reward/{source}"] = float(by_row[idx].mean())
+        metrics, self.val_responses = ppo_validation.validate(self.dispatch, self.cfg, self.val, deadline,
+                                                              seed=self.request.seed, step=self.step + 1)
         return metrics
 
-    def _overfit(self, metrics: dict[str, float]) -> dict[str, float]:
-        if "val/reward/mean" not in metrics or not self.train_scores:
-            return {}
-        recent = self.train_scores[-self.steps_per_epoch:]
-        train_reward = sum(recent) / len(recent)
-        spreads = self.train_spreads[-self.steps_per_epoch:]
-        spread = sum(spreads) / len(spreads) if spreads else 0.0
-        gap, margin, overfit = overfit_gap(train_reward, metrics["val/reward/mean"], spread)
-        if overfit:
-            self.reporter.warning("overfit", f"validation reward trails training reward by {gap:.3f} "
-                                  f"(> {margin:.3f}: max(0.05, half the training scores' spread {spread:.3f}))",
-                                  {"train_reward": train_reward, "val_reward": metrics["val/reward/mean"],
-                                   "gap": gap, "margin": margin, "spread": spread})
-        return {"val/overfit_gap": gap, "train/reward/mean": train_reward}
-
     def _save_checkpoint(self, step: int, metrics: dict[str, float], deadline: float) -> None:
-        start = time.perf_counter()
-        final = step_dir(self.request.checkpoint_dir, step)
-        parts = ("actor", "critic") if self.use_critic else ("actor",)
-
-        def save_parts(root: str) -> None:
-            refs = self._submit_rank0("actor", "save_checkpoint", join(root, "actor"), {"trainer": self._state()})
-            if self.use_critic:
-                refs += self._submit_rank0("critic", "save_checkpoint", join(root, "critic"))
-            self._gather({"save": refs}, deadline, "checkpoint")
-            for role in parts:
-                # Each role's part is a complete checkpoint of its own (`load_state` checks the marker).
-                self.artifacts.put_marker(join(root, role))
-
-        if is_remote(final):
-            # Each role uploads its part from its own node; the step's marker goes last.
-            self.artifacts.remove(final)
-            save_parts(final)
-            self.artifacts.put_marker(final)
-        else:
-            with atomic_dir(final) as tmp:  # the step directory appears only when the whole of it is complete
-                save_parts(tmp)
-        self.reporter.checkpoint(step, final, {**metrics, "timing_s/save_checkpoint": time.perf_counter() - start})
+        ppo_checkpoint.save(self.dispatch, self.artifacts, self.reporter, self.request.checkpoint_dir, step,
+                            self._state(), metrics, deadline, gather_step=self.step + 1)
 
     def _rollback(self, step: int, verdict: Verdict, start_state: dict[str, Any]) -> None:
         g = self.cfg.guardrails
@@ -803,7 +451,7 @@ class PPOTrainer:
         self.clip_ratio = min(current, g.rollback_clip_ratio)
         refs += actor.submit_all("scale_lr", g.rollback_lr_factor)
         refs += actor.submit_all("set_clip_ratio", self.clip_ratio)
-        self._gather({"restore": refs}, time.perf_counter() + g.step_timeout_s, "rollback")
+        self.dispatch.gather({"restore": refs}, time.perf_counter() + g.step_timeout_s, "rollback", self.step + 1)
         self.reporter.warning(
             "rollback", f"step {step}: {verdict.reason}; restored the state before the step, actor LR x"
             f"{g.rollback_lr_factor:g} (now {self.lr_scale:g} of the schedule), clip_ratio {self.clip_ratio:g}",

@@ -1,7 +1,8 @@
 """A PPO step's experience between generation and the update: reward shaping (DAPO's overlong
-buffer), dynamic sampling's group selection, and the advantage estimator the job chose.
+buffer), dynamic sampling's group selection, the step's advantages (PF-PPO filtering, the KL penalty
+in the reward, the estimator the job chose) and the step's metrics.
 
-Rollouts are the dicts `PPOTrainer._rollout_phase` returns: `batch` (a `Batch`), per-row tensors
+Rollouts are the dicts `engine.methods.ppo_rollout.collect` returns: `batch` (a `Batch`), per-row tensors
 `old`, `ref`, `values` (None without a critic), `scores`, and `uids` (prompt id per row), `prompts`,
 `new_rows`, `replayed`, `timing`. No Ray, no I/O.
 """
@@ -9,12 +10,16 @@ Rollouts are the dicts `PPOTrainer._rollout_phase` returns: `batch` (a `Batch`),
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from engine.algos import (
+    AdaptiveKLController,
+    FixedKLController,
+    apply_kl_in_reward,
     compute_gae,
     compute_grpo_advantages,
     compute_reinforce_plus_plus_advantages,
@@ -23,11 +28,13 @@ from engine.algos import (
     compute_rloo_advantages,
     explained_variance,
     group_has_signal,
+    kl_penalty,
     masked_mean,
     masked_var,
     overlong_penalty,
 )
 from engine.config import AlgorithmConfig, PPOConfig
+from engine.guardrails import ReplayBuffer, reward_filter_mask
 from engine.roles.base import MetricSums
 from engine.roles.batch import concat, select
 
@@ -112,10 +119,48 @@ def advantages(algo: AlgorithmConfig, rewards: torch.Tensor, response_mask: torc
     return adv * keep[:, None], ret * keep[:, None]
 
 
+def step_advantages(cfg: PPOConfig, rollout: dict[str, Any], kl_ctrl: AdaptiveKLController | FixedKLController,
+                    replay: ReplayBuffer, *, filter_seed: int, use_critic: bool) -> dict[str, Any]:
+    """Scores on the last response token, PF-PPO filtering (ties broken by `filter_seed`; kept rows
+    go to `replay`), the KL penalty in the reward (and the `kl_ctrl` update), then the advantages of
+    `algorithm.adv_estimator`."""
+    start = time.perf_counter()
+    batch, scores, values = rollout["batch"], rollout["scores"], rollout["values"]
+    mask = batch["response_mask"]
+    lengths = mask.sum(-1)
+    token_scores = torch.zeros(mask.shape, dtype=torch.float32)
+    token_scores[torch.arange(len(scores)), (lengths - 1).clamp(min=0)] = scores
+    new_rows = rollout["new_rows"]
+    keep = torch.ones(len(scores), dtype=torch.bool)
+    rf = cfg.guardrails.reward_filter
+    if rf.enable:  # random tie-breaks from (seed, step): a resumed or retried step filters the same
+        generator = torch.Generator().manual_seed(filter_seed)
+        keep[:new_rows] = reward_filter_mask(scores[:new_rows], rollout["uids"][:new_rows], rf.mode, generator)
+    loss_mask = mask * keep[:, None]
+    # On-policy there are no old log-probs yet: the driver fills the KL in from the update's.
+    kl = None if rollout["old"] is None else kl_penalty(rollout["old"], rollout["ref"], cfg.algorithm.kl_penalty)
+    current_kl = None if kl is None else float(masked_mean(kl, mask, dim=-1).mean())
+    beta = kl_ctrl.value
+    if cfg.algorithm.use_kl_in_reward:
+        rewards = apply_kl_in_reward(token_scores, kl, beta, mask)
+        kl_ctrl.update(current_kl, n_steps=len(scores))
+    else:
+        rewards = token_scores
+    adv, returns = advantages(cfg.algorithm, rewards, mask, keep, rollout)
+    raw_advantages = returns - values if use_critic else adv
+    if rf.enable and rf.replay_buffer_size:
+        replay.push([{"prompt": rollout["prompts"][i].prompt_ids,
+                      "response": batch["responses"][i, :int(lengths[i])].tolist(),
+                      "score": float(scores[i])} for i in range(new_rows) if keep[i]])
+    return {"rewards": rewards, "advantages": adv, "returns": returns, "raw_advantages": raw_advantages,
+            "keep": keep, "loss_mask": loss_mask, "current_kl": current_kl, "beta": beta,
+            "seconds": time.perf_counter() - start}
+
+
 def step_metrics(cfg: PPOConfig, rollout: dict[str, Any], adv: dict[str, Any], updates: dict[str, list[Any]], *,
                  guard_kl: float, rollbacks: int) -> dict[str, float]:
     """A PPO step's metrics, VERL names (see docs/engine-contract.md), from the rollout, the
-    advantages (`PPOTrainer._advantages`) and the roles' update results (`{"actor": [...], "critic": [...]}`)."""
+    advantages (`step_advantages`) and the roles' update results (`{"actor": [...], "critic": [...]}`)."""
     sums = MetricSums()
     for role in ("actor", "critic"):
         for result in updates[role]:
