@@ -122,6 +122,13 @@ class Settings(BaseSettings):
     GRADER_MEMORY_MB: int = Field(default=8192, ge=64)
     """Address space of the process a `graders/run` evaluates in (`python -m engine.rewards.graders`; score models
     load there: raise it for big ones). Beyond, the call is a 400 `grader_resources_exceeded`."""
+    INFERENCE_TOKENS_PER_MINUTE: int = Field(default=0, ge=0)
+    """Tokens (prompt plus completion, as Serve counts them) one API key may spend per minute on
+    `/v1/chat/completions` and `/v1/completions` (0 = no limit); 429 `rate_limited` beyond."""
+    INFERENCE_MAX_N: int = Field(default=16, ge=1)
+    """Most choices (`n`) one completion request may ask for."""
+    INFERENCE_MAX_TOKENS: int = Field(default=4096, ge=1)
+    """Most tokens one completion request may ask to generate (`max_tokens`, `max_completion_tokens`)."""
     MLFLOW_TRACKING_URI_PREFIXES: list[str] = Field(default_factory=list)
     """MLflow tracking URIs jobs may name besides http(s) ones on public addresses, as prefixes (JSON list,
     e.g. `["http://mlflow.internal:5000", "file:///srv/mlruns"]`): an internal server or a shared directory."""
