@@ -47,6 +47,8 @@ router = APIRouter(prefix="/api/v1", include_in_schema=False)
 
 POLL_S = 25.0
 """How long one retrieve_future waits for a result before answering try_again."""
+FAST_POLL_S = 5.0
+"""For this long a request is re-read every 0.1 s at most, then every 0.5 s."""
 CAPACITY_AFTER_S = 3.0
 PROTOBUF = "application/x-protobuf"
 
@@ -175,13 +177,15 @@ def render(request_id: str, outcome: Outcome) -> Response:
 @router.post("/retrieve_future")
 async def retrieve_future(body: RetrieveFuture, caller: TinkerCaller) -> Response:
     """The request's result, error or `try_again`, waiting up to `POLL_S` for it to finish."""
-    deadline = time.monotonic() + POLL_S
+    start = time.monotonic()
     delay = 0.02
     while True:
         outcome = await run_in_threadpool(resolve, caller.project.id, body.request_id)
         if outcome is None:
             raise ApiError(404, "not_found", f"No request with id {body.request_id!r}.", param="request_id")
-        if not isinstance(outcome, Pending) or time.monotonic() + delay > deadline:
+        waited = time.monotonic() - start
+        if not isinstance(outcome, Pending) or waited + delay > POLL_S:
             return render(body.request_id, outcome)
         await asyncio.sleep(delay)
-        delay = min(delay * 1.5, 0.25)
+        # Most operations take a fraction of a second: look often at first, rarely once one runs long.
+        delay = min(delay * 1.5, 0.1 if waited < FAST_POLL_S else 0.5)
