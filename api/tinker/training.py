@@ -13,8 +13,8 @@ them in that order, and answers `{request_id: <operation id>}` at once:
 - a `seq_id` seen before returns the first answer's `request_id` (the client retries POSTs for minutes);
 - a bad request still takes its `seq_id`, as an operation that failed at once: its future answers the
   user-category error naming the field, and the next `seq_id` runs as usual;
-- a gap (an id other than the last one plus 1) fails the same way, naming `seq_id`; the sequence goes
-  on from the highest id seen.
+- an id out of turn (not the last one plus 1: a gap, or one that came too late) fails the same way,
+  naming `seq_id`, without taking the id: the sequence still waits for the next one in turn.
 """
 
 from __future__ import annotations
@@ -175,7 +175,8 @@ def submit(db: Session, model: TinkerModel, seq_id: int, kind: str, op_kind: str
         return {"request_id": done, "model_id": model.id}
     last = db.scalar(select(func.max(TinkerRequest.seq_id)).where(TinkerRequest.model_id == model.id))
     expected = 1 if last is None else last + 1
-    if error is None and seq_id != expected and not (seq_id == 0 and last is None):
+    in_turn = seq_id == expected or (seq_id == 0 and last is None)
+    if not in_turn:  # failed without taking the seq_id: the sequence still waits for `expected`
         error = user_error(f"seq_id: got {seq_id}, expected {expected} (each training request of a model takes "
                            "the next seq_id, without gaps)", "seq_id", "invalid_seq_id")
     trainer = db.get(Trainer, model.trainer_id)
@@ -192,7 +193,8 @@ def submit(db: Session, model: TinkerModel, seq_id: int, kind: str, op_kind: str
                           finished_at=now if error else None)
     db.add(op)
     db.flush()
-    db.add(TinkerRequest(model_id=model.id, seq_id=seq_id, kind=kind, operation_id=op.id, created_at=now))
+    if in_turn:
+        db.add(TinkerRequest(model_id=model.id, seq_id=seq_id, kind=kind, operation_id=op.id, created_at=now))
     if error:
         trainers.append_event(db, trainer.id, "trainer.operation", {
             "operation_id": op.id, "seq": seq, "kind": op_kind, "status": "failed", "tokens": 0, "error": error})
