@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-import test_jobs
 from sqlalchemy import update
 from sqlalchemy.engine import make_url
 
 from core.db import get_engine
 from core.models import Job
+from tests.api import job_requests
 from workers import dispatch
 from workers.wakeup import CHANNEL
 
 
 def _files(db, project_key) -> dict[str, str]:
-    return {p: test_jobs.make_file(db, project_key[0], p) for p in ("sft", "preference", "prompts")}
+    return {p: job_requests.make_file(db, project_key[0], p) for p in ("sft", "preference", "prompts")}
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def _notified(conn, timeout: float) -> int:
 
 
 def test_a_create_leaves_the_job_to_the_dispatchers_and_wakes_them(client, auth, db, project_key, sent, listener):
-    r = test_jobs.create(client, auth, test_jobs.rm_body(_files(db, project_key)))
+    r = job_requests.create(client, auth, job_requests.rm_body(_files(db, project_key)))
     assert r.status_code == 201, r.text
     job_id = r.json()["id"]
     assert sent == []  # nothing published by the API
@@ -53,7 +53,7 @@ def test_a_create_leaves_the_job_to_the_dispatchers_and_wakes_them(client, auth,
 
 def test_the_wakeup_is_for_queued_jobs_nobody_sent(db, project_key, listener):
     job = Job(project_id=project_key[0], status="queued", method="sft", spec={"method": {"type": "sft"}},
-              model="org/name", training_file_id=test_jobs.make_file(db, project_key[0], "sft"))
+              model="org/name", training_file_id=job_requests.make_file(db, project_key[0], "sft"))
     db.add(job)
     db.commit()
     assert _notified(listener, 1.0) == 1
@@ -72,7 +72,7 @@ def test_enqueue_outside_a_create_claims_first(db, project_key, sent, monkeypatc
     real = dispatch._set_dispatched
     monkeypatch.setattr(dispatch, "_set_dispatched",
                         lambda job_id, expect, value: claims.append((job_id, expect, value)) or real(job_id, expect, value))
-    file_id = test_jobs.make_file(db, project_key[0], "sft")
+    file_id = job_requests.make_file(db, project_key[0], "sft")
     job = Job(project_id=project_key[0], status="queued", method="sft", spec={"method": {"type": "sft"}},
               model="org/name", training_file_id=file_id)
     db.add(job)

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select, update
 
 from core.models import Checkpoint, Job, JobEvent, Model
-from tests.api.test_jobs import create, make_file, rm_body
+from tests.api.job_requests import create, make_file, rm_body
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 

@@ -1,40 +1,18 @@
-"""Jobs over HTTP: create (validation, references, defaults, overrides), idempotency, list, queue
-position, cancel, tenancy. No worker: the dispatcher is replaced by a recorder."""
+"""Jobs over HTTP: create (validation, references, defaults, overrides), cancel, tenancy. No worker:
+the dispatcher is replaced by a recorder."""
 
 from __future__ import annotations
 
 import copy
 import json
 import secrets
-from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 
-from core.models import Checkpoint, File, IdempotencyKey, Job, JobEvent, Model
-
-
-def make_file(db, project_id: str, purpose: str, **kw) -> str:
-    f = File(project_id=project_id, purpose=purpose, filename=f"{purpose}.parquet", bytes=10,
-             sha256=secrets.token_hex(32), format="parquet", storage_key=f"files/{secrets.token_hex(4)}", **kw)
-    db.add(f)
-    db.commit()
-    return f.id
-
-
-def make_model(db, project_id: str, kind: str = "reward_model", **kw) -> str:
-    m = Model(project_id=project_id, name=f"m-{secrets.token_hex(3)}", kind=kind, format="hf",
-              base_model="org/base", path="/nowhere", **kw)
-    db.add(m)
-    db.commit()
-    return m.id
-
-
-def project_of(db, headers: dict[str, str]) -> str:
-    from core.security import authenticate
-
-    return authenticate(db, headers["Authorization"].split()[1]).id
+from core.models import Checkpoint, Job, JobEvent
+from tests.api.job_requests import create, make_file, make_model, ppo_body, project_of, rm_body
 
 
 @pytest.fixture
@@ -46,30 +24,6 @@ def dispatched(monkeypatch):
     monkeypatch.setattr(dispatch, "enqueue_job", lambda job_id: calls.append(("enqueue_job", job_id)) or True)
     monkeypatch.setattr(dispatch, "request_cancel", lambda job_id: calls.append(("request_cancel", job_id)) or False)
     return calls
-
-
-@pytest.fixture
-def files(db, project_key):
-    pid = project_key[0]
-    return {p: make_file(db, pid, p) for p in ("sft", "preference", "prompts")}
-
-
-def rm_body(files) -> dict:
-    """The brief's example body, verbatim."""
-    return {"model": "org/name", "training_file": files["preference"], "validation_file": None,
-            "method": {"type": "reward_model", "hyperparameters": {
-                "data": {"train_batch_size": 16, "max_length": 256}, "optim": {"lr": 1e-4},
-                "trainer": {"total_training_steps": 100, "save_freq": 20, "test_freq": 20}}},
-            "seed": 0, "metadata": {"team": "align"}}
-
-
-def ppo_body(files, **hyper) -> dict:
-    return {"model": "org/name", "training_file": files["prompts"],
-            "method": {"type": "ppo", "reward": {"function": "gsm8k"}, "hyperparameters": hyper}}
-
-
-def create(client, auth, body, **headers):
-    return client.post("/v1/jobs", json=body, headers={**auth, **headers})
 
 
 # --- create ---------------------------------------------------------------------------------------
@@ -343,164 +297,6 @@ def test_a_create_never_waits_for_the_broker(client, auth, db, files, monkeypatc
     assert awaiting_dispatch(r.json()["id"])
 
 
-# --- idempotency ----------------------------------------------------------------------------------
-
-def _jobs_in(db, project_id: str) -> int:
-    db.expire_all()
-    return db.scalar(select(func.count()).select_from(Job).where(Job.project_id == project_id))
-
-
-def test_idempotent_create_returns_the_first_response(client, auth, other_auth, db, project_key, files, dispatched):
-    key = {"Idempotency-Key": f"k-{secrets.token_hex(4)}"}
-    first = create(client, auth, rm_body(files), **key)
-    assert first.status_code == 201
-    # Same body, keys in another order and other spacing: the same request.
-    raw = json.dumps(dict(reversed(list(rm_body(files).items()))), indent=2)
-    again = client.post("/v1/jobs", content=raw, headers={**auth, **key, "Content-Type": "application/json"})
-    assert (again.status_code, again.json()) == (201, first.json())
-    assert again.headers["Idempotent-Replayed"] == "true"
-    assert _jobs_in(db, project_key[0]) == 1
-    changed = create(client, auth, {**rm_body(files), "seed": 1}, **key)
-    assert (changed.status_code, changed.json()["code"]) == (422, "idempotency_mismatch")
-    assert changed.json()["param"] == "Idempotency-Key"
-    # Keys are per project.
-    other_files = {"preference": make_file(db, project_of(db, other_auth), "preference")}
-    assert create(client, other_auth, rm_body(other_files), **key).status_code == 201
-    # Past the TTL a key is free again.
-    db.execute(update(IdempotencyKey).where(IdempotencyKey.key == key["Idempotency-Key"])
-               .values(created_at=datetime.now(UTC) - timedelta(days=2)))
-    db.commit()
-    late = create(client, auth, rm_body(files), **key)
-    assert late.status_code == 201 and late.json()["id"] != first.json()["id"]
-    # Without a key nothing is remembered.
-    assert create(client, auth, rm_body(files)).json()["id"] != create(client, auth, rm_body(files)).json()["id"]
-
-
-def test_idempotency_is_race_safe(client, auth, db, project_key, files, dispatched):
-    key = {"Idempotency-Key": f"race-{secrets.token_hex(4)}"}
-    with ThreadPoolExecutor(8) as pool:
-        responses = list(pool.map(lambda _: create(client, auth, rm_body(files), **key), range(8)))
-    assert {r.status_code for r in responses} == {201}
-    assert len({r.json()["id"] for r in responses}) == 1
-    assert _jobs_in(db, project_key[0]) == 1
-
-
-def test_a_twin_that_commits_first_wins(client, auth, db, project_key, files, dispatched, monkeypatch):
-    """The twin commits between our replay check and our commit: ours rolls back and answers with the twin's."""
-    from api.routes.jobs import creation
-
-    key = f"twin-{secrets.token_hex(4)}"
-    resolve = creation._resolve
-
-    def resolve_then_twin(db_, project_id, body):
-        spec, nodes = resolve(db_, project_id, body)
-        with TestSession() as other:
-            twin = Job(project_id=project_id, method="reward_model", spec=spec, model="org/name",
-                       training_file_id=files["preference"])
-            other.add(twin)
-            other.flush()
-            from api.idempotency import _fingerprint
-            fp = _fingerprint("POST", "/v1/jobs", json.dumps(rm_body(files)).encode())
-            other.add(IdempotencyKey(project_id=project_id, key=key, request_hash=fp, response_status=201,
-                                     response_body={"id": twin.id, "twin": True}))
-            other.commit()
-        return spec, nodes
-
-    from core.db import session_factory
-    TestSession = session_factory()
-    monkeypatch.setattr(creation, "_resolve", resolve_then_twin)
-    r = create(client, auth, rm_body(files), **{"Idempotency-Key": key})
-    assert r.status_code == 201 and r.json()["twin"] is True
-    assert _jobs_in(db, project_key[0]) == 1 and dispatched == []
-
-
-# --- list, retrieve, queue position --------------------------------------------------------------
-
-def test_list_pages_newest_first_and_filters_by_status(client, auth, other_auth, db, files, dispatched):
-    ids = [create(client, auth, rm_body(files)).json()["id"] for _ in range(3)]
-    page = client.get("/v1/jobs?limit=2", headers=auth).json()
-    assert page["object"] == "list" and [j["id"] for j in page["data"]] == ids[::-1][:2]
-    assert page["has_more"] and page["first_id"] == ids[2] and page["last_id"] == ids[1]
-    rest = client.get(f"/v1/jobs?limit=2&after={page['last_id']}", headers=auth).json()
-    assert [j["id"] for j in rest["data"]] == [ids[0]] and not rest["has_more"]
-    db.execute(update(Job).where(Job.id == ids[1]).values(status="running", started_at=datetime.now(UTC)))
-    db.commit()
-    running = client.get("/v1/jobs?status=running", headers=auth).json()["data"]
-    assert [j["id"] for j in running] == [ids[1]]
-    assert [j["id"] for j in client.get("/v1/jobs?status=queued", headers=auth).json()["data"]] == [ids[2], ids[0]]
-    bad = client.get("/v1/jobs?status=sleeping", headers=auth)
-    assert (bad.status_code, bad.json()["param"]) == (422, "status")
-    assert client.get("/v1/jobs", headers=other_auth).json()["data"] == []
-
-
-def test_queue_position_counts_this_projects_queued_jobs_oldest_first(client, auth, db, files, dispatched):
-    created = [create(client, auth, rm_body(files)).json() for _ in range(3)]
-    ids = [j["id"] for j in created]
-    assert [j["queue_position"] for j in created] == [1, 2, 3]  # the insert's own count
-    positions = {j["id"]: j["queue_position"] for j in client.get("/v1/jobs", headers=auth).json()["data"]}
-    assert [positions[i] for i in ids] == [1, 2, 3]
-    db.execute(update(Job).where(Job.id == ids[0]).values(status="running"))
-    db.commit()
-    assert client.get(f"/v1/jobs/{ids[0]}", headers=auth).json()["queue_position"] is None
-    assert client.get(f"/v1/jobs/{ids[2]}", headers=auth).json()["queue_position"] == 2
-    assert create(client, auth, rm_body(files)).json()["queue_position"] == 3  # behind the two still queued
-
-
-def test_the_context_window_check_reads_the_models_config_again_when_it_changes(client, auth, files, dispatched):
-    """`core.model_shape.read_config` remembers a config.json by its (inode, size, mtime): a rewritten one counts."""
-    from pathlib import Path
-
-    from core.config import settings
-
-    model = Path(settings.model_roots[0]) / f"context-{secrets.token_hex(4)}"
-    model.mkdir(parents=True)
-    body = {**rm_body(files), "model": str(model)}  # max_length 256
-
-    def window(n: int, pad: int) -> None:  # each a different size: a new stamp however coarse the clock
-        (model / "config.json").write_text(json.dumps({"max_position_embeddings": n, "pad": "x" * pad}))
-
-    window(128, 0)
-    for _ in range(2):  # read, then remembered
-        r = create(client, auth, body)
-        assert (r.status_code, r.json()["code"]) == (422, "context_too_long"), r.text
-    window(4096, 10)
-    assert create(client, auth, body).status_code == 201
-    window(200, 20)
-    assert (create(client, auth, body).json()["code"]) == "context_too_long"
-    (model / "config.json").unlink()
-    assert create(client, auth, body).status_code == 201  # no config: nothing to check against
-
-
-def test_a_create_answers_what_a_retrieve_of_the_stored_row_shows(client, auth, db, files, dispatched):
-    """The create's answer is built from the values it inserted, not from the stored row: the two agree."""
-    body = {**rm_body(files), "metadata": {"team": "align"}, "seed": 7, "suffix": "x"}
-    created = create(client, auth, body).json()
-    assert created == client.get(f"/v1/jobs/{created['id']}", headers=auth).json()
-    row = db.get(Job, created["id"])
-    assert (row.progress, row.latest_metrics, row.attempts, row.last_event_seq) == ({}, {}, 0, 0)
-    assert row.created_at is not None and int(row.created_at.timestamp()) == created["created_at"]
-
-
-def test_retrieve_shows_what_the_worker_wrote(client, auth, db, files, dispatched):
-    job_id = create(client, auth, rm_body(files)).json()["id"]
-    started = datetime.now(UTC) - timedelta(seconds=100)
-    db.execute(update(Job).where(Job.id == job_id).values(
-        status="running", started_at=started, attempts=1,
-        progress={"step": 25, "total_steps": 100, "epoch": 0, "seconds_remaining": None},
-        latest_metrics={"actor/pg_loss": -0.12, "critic/vf_loss": 0.5}))
-    db.commit()
-    job = client.get(f"/v1/jobs/{job_id}", headers=auth).json()
-    assert job["status"] == "running" and job["started_at"] == int(started.timestamp()) and job["attempts"] == 1
-    assert job["latest_metrics"] == {"actor/pg_loss": -0.12, "critic/vf_loss": 0.5}
-    assert job["progress"]["step"] == 25 and job["progress"]["total_steps"] == 100
-    assert 250 <= job["progress"]["seconds_remaining"] <= 330  # 100 s for 25 steps -> ~300 s for 75
-    db.execute(update(Job).where(Job.id == job_id).values(
-        status="failed", finished_at=datetime.now(UTC), error={"code": "diverged", "message": "KL too high"}))
-    db.commit()
-    job = client.get(f"/v1/jobs/{job_id}", headers=auth).json()
-    assert job["error"] == {"code": "diverged", "message": "KL too high", "param": None, "error_id": None}
-
-
 # --- cancel ----------------------------------------------------------------------------------------
 
 def _events(db, job_id):
@@ -559,83 +355,3 @@ def test_another_projects_job_is_404_everywhere(client, auth, other_auth, files,
         assert missing.status_code == 404 and missing.json()["detail"].replace("job-0000000000nothing00000000", "X") \
             == r.json()["detail"].replace(job_id, "X")
     assert client.get(f"/v1/jobs/{job_id}").status_code == 401
-
-
-def _local_model(window: int | None, vocab: dict[str, int] | None = None) -> str:
-    """A model directory under the first model root with a config.json naming `window` and, with
-    `vocab`, a tokenizer.json holding it."""
-    from pathlib import Path
-
-    from core.config import settings
-
-    model = Path(settings.model_roots[0]) / f"lengths-{secrets.token_hex(4)}"
-    model.mkdir(parents=True)
-    (model / "config.json").write_text(json.dumps({"max_position_embeddings": window} if window else {}))
-    if vocab is not None:
-        (model / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": vocab},
-                                                          "added_tokens": [{"id": 9, "content": "<s>"}]}))
-    return str(model)
-
-
-def test_lengths_left_out_follow_the_models_context_window(client, auth, files, dispatched):
-    """A default SFT job on a 512-token model is accepted (it was a 422 context_too_long): the lengths a
-    request leaves out are derived from the window; given ones are kept."""
-    model = _local_model(512)
-    sft = {"model": model, "training_file": files["sft"], "method": {"type": "sft"}}
-    r = create(client, auth, sft)
-    assert r.status_code == 201, r.text
-    data = r.json()["method"]["hyperparameters"]["data"]
-    assert (data["max_prompt_length"], data["max_response_length"], data["max_length"]) == (256, 256, None)
-    r = create(client, auth, {**sft, "method": {"type": "sft", "hyperparameters": {"data": {"max_prompt_length": 100}}}})
-    data = r.json()["method"]["hyperparameters"]["data"]
-    assert (data["max_prompt_length"], data["max_response_length"]) == (100, 412)
-    r = create(client, auth, {**rm_body(files), "model": model,
-                              "method": {"type": "reward_model", "hyperparameters": {}}})
-    assert r.status_code == 201, r.text
-    assert r.json()["method"]["hyperparameters"]["data"]["max_length"] == 512
-    r = create(client, auth, {**rm_body(files), "model": model})  # max_length 256 given: kept
-    assert r.json()["method"]["hyperparameters"]["data"]["max_length"] == 256
-    big = create(client, auth, {**sft, "model": _local_model(1 << 20)}).json()["method"]["hyperparameters"]["data"]
-    assert (big["max_prompt_length"], big["max_response_length"]) == (1024, 2048)  # the engine's defaults
-    unknown = create(client, auth, {**sft, "model": _local_model(None)}).json()["method"]["hyperparameters"]["data"]
-    assert (unknown["max_prompt_length"], unknown["max_response_length"]) == (1024, 2048)
-
-
-def test_rows_certainly_over_a_limit_are_refused_at_create_with_truncation_error(client, auth, db, project_key,
-                                                                                  dispatched):
-    """The file's longest cells (characters) over the most characters a token covers (here 4: "abcd")
-    bound the tokens from below; `truncation` other than error, or `filter_overlong_prompts`, accepts."""
-    pid = project_key[0]
-    model = _local_model(4096, {"a": 0, "ab": 1, "abcd": 2})
-    stats = {"prompt": {"max_chars": 400}, "response": {"max_chars": 40}, "chosen": {"max_chars": 40},
-             "rejected": {"max_chars": 8}}
-    sft_file = make_file(db, pid, "sft", stats=stats, status="processed")
-    pairs = make_file(db, pid, "preference", stats=stats, status="processed")
-
-    def sft(validation: str | None = None, **data):
-        train = make_file(db, pid, "sft") if validation else sft_file  # (no statistics: nothing known)
-        return create(client, auth, {"model": model, "training_file": train, "validation_file": validation,
-                                     "method": {"type": "sft", "hyperparameters": {"data": data}}})
-
-    r = sft(max_prompt_length=99)  # 400 characters are at least 100 tokens
-    assert (r.status_code, r.json()["code"], r.json()["param"]) == (422, "invalid_file", "training_file"), r.text
-    assert "max_prompt_length=99" in r.json()["detail"]
-    assert sft(max_prompt_length=100).status_code == 201
-    for knob in ({"truncation": "left"}, {"truncation": "right"}, {"truncation": "middle"},
-                 {"filter_overlong_prompts": True}):
-        assert sft(max_prompt_length=99, **knob).status_code == 201, knob
-    r = sft(max_prompt_length=100, max_response_length=10)  # 40 characters + EOS: at least 11 tokens
-    assert (r.status_code, r.json()["param"]) == (422, "training_file")
-    r = sft(validation=sft_file, max_prompt_length=99)
-    assert (r.status_code, r.json()["param"]) == (422, "validation_file")
-
-    def rm(**data):
-        return create(client, auth, {"model": model, "training_file": pairs,
-                                     "method": {"type": "reward_model", "hyperparameters": {"data": data}}})
-
-    assert rm(max_length=99).json()["param"] == "training_file"
-    assert rm(max_length=100).status_code == 201
-    assert rm(max_length=99, truncation="left").status_code == 201
-    plain = _local_model(4096)  # no tokenizer.json: no bound, the engine decides
-    assert create(client, auth, {"model": plain, "training_file": sft_file, "method": {
-        "type": "sft", "hyperparameters": {"data": {"max_prompt_length": 99}}}}).status_code == 201

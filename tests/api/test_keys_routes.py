@@ -6,12 +6,12 @@ from __future__ import annotations
 import secrets
 
 import pytest
-import test_jobs
 from sqlalchemy import select, text, update
 
 from core.db import session_scope
 from core.models import ApiKey, Job, Project
 from core.security import create_api_key, get_or_create_project
+from tests.api import job_requests
 
 
 def _key(project_id: str, *, admin: bool) -> str:
@@ -100,11 +100,11 @@ def test_every_job_records_the_key_that_created_it(client, db, project_key, monk
     from workers import dispatch
 
     monkeypatch.setattr(dispatch, "enqueue_job", lambda job_id: True)
-    body = test_jobs.rm_body({"preference": test_jobs.make_file(db, project_key[0], "preference")})
+    body = job_requests.rm_body({"preference": job_requests.make_file(db, project_key[0], "preference")})
     second = _key(project_key[0], admin=False)
     made = {}
     for key in (project_key[1], second):
-        r = test_jobs.create(client, {"Authorization": f"Bearer {key}"}, body)
+        r = job_requests.create(client, {"Authorization": f"Bearer {key}"}, body)
         assert r.status_code == 201, r.text
         made[key] = r.json()
     try:

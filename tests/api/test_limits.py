@@ -299,10 +299,10 @@ def test_two_api_processes_share_one_budget_through_redis(auth, keel_home, tmp_p
 # --- concurrent streams --------------------------------------------------------------------------
 
 def _queued_job(db, project_id: str) -> str:
-    import test_jobs
+    from tests.api import job_requests
 
     job = Job(project_id=project_id, status="queued", method="sft", spec={"method": {"type": "sft"}},
-              model="org/name", training_file_id=test_jobs.make_file(db, project_id, "sft"))
+              model="org/name", training_file_id=job_requests.make_file(db, project_id, "sft"))
     db.add(job)
     db.commit()
     return job.id

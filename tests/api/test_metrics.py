@@ -9,13 +9,13 @@ from datetime import timedelta
 
 import httpx
 import pytest
-import test_jobs
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import update
 
 from core.config import settings
 from core.events import append_event
 from core.models import Job, Project, utcnow
+from tests.api import job_requests
 
 
 def scrape(get) -> dict[str, dict[tuple, float]]:
@@ -36,7 +36,7 @@ def _value(metrics, name, **labels) -> float:
 
 def _job(db, project_id: str, **columns) -> str:
     job = Job(project_id=project_id, method="sft", spec={"method": {"type": "sft"}}, model="org/name",
-              training_file_id=test_jobs.make_file(db, project_id, "sft"), **columns)
+              training_file_id=job_requests.make_file(db, project_id, "sft"), **columns)
     db.add(job)
     db.commit()
     return job.id

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.api.test_jobs import create, make_file, ppo_body, rm_body
+from tests.api.job_requests import create, make_file, ppo_body, rm_body
 
 
 @pytest.fixture

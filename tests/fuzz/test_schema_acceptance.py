@@ -71,7 +71,7 @@ def _ints(value: Any) -> Any:
 
 
 def test_generated_job_bodies_are_accepted_or_refused_for_a_stated_rule(client, auth, db, project_key):
-    from tests.api.test_jobs import make_file
+    from tests.api.job_requests import make_file
 
     files = {p: make_file(db, project_key[0], p) for p in ("sft", "preference", "prompts")}
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)

@@ -42,8 +42,8 @@ def api_files() -> ModuleType:
 
 
 def api_jobs() -> ModuleType:
-    """tests/api/test_jobs.py: make_file, make_model, rm_body, ppo_body, create."""
-    return load("tests/api/test_jobs.py")
+    """tests/api/job_requests.py: make_file, make_model, rm_body, ppo_body, create."""
+    return load("tests/api/job_requests.py")
 
 
 # --- routes ----------------------------------------------------------------------------------------
