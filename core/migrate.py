@@ -9,8 +9,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
 
-import core.tinker  # noqa: F401 - its tables join Base.metadata
-import core.tinker_samplers  # noqa: F401
+import core.tinker  # its tables, and the two below, join Base.metadata
+import core.tinker_samplers
+import core.trajectories  # noqa: F401
 from core.config import settings
 from core.db import get_engine
 from core.models import Base
