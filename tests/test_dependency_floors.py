@@ -22,7 +22,7 @@ TORCH_APIS = {
     "varlen_attn(window_size=, enable_gqa=) (engine/packing.py)": ("torch.nn.attention.varlen", "varlen_attn", "2.12"),
 }
 TRANSFORMERS_APIS = {
-    "from_pretrained(dtype=) (engine/models.py)": ("transformers", "PreTrainedModel", "4.56"),
+    "from_pretrained(dtype=) (engine/models/loading.py)": ("transformers", "PreTrainedModel", "4.56"),
     "masking_utils.AttentionMaskInterface (engine/packing.py, engine/runtime/ulysses.py)":
         ("transformers.masking_utils", "AttentionMaskInterface", "4.53"),
     "AttentionInterface (engine/packing.py)": ("transformers", "AttentionInterface", "4.48"),

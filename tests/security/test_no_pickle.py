@@ -19,8 +19,8 @@ SERVICE = ("api", "core", "workers", "engine")
 PICKLE_MODULES = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "joblib", "shelve", "marshal"}
 WEIGHT_CLASSES = ("AutoModel", "PreTrainedModel")
 """`from_pretrained` of these (and of any `...For<Task>` class) loads weights; tokenizers and configs do not."""
-ALLOWED = {("engine/models.py", "PeftModel.from_pretrained")}
-"""peft picks safetensors itself when the file is there; `engine.models._checked_paths` refuses an
+ALLOWED = {("engine/models/loading.py", "PeftModel.from_pretrained")}
+"""peft picks safetensors itself when the file is there; `engine.models.loading._checked_paths` refuses an
 adapter directory without `adapter_model.safetensors` first (see the last test)."""
 
 

@@ -1,30 +1,23 @@
-"""Loading and saving the three heads Keel trains: policy, reward model and value model.
+"""Loading the three heads Keel trains (policy, reward model, value model): where a model may come
+from, its tokenizer and size, the LoRA rank, and the heads themselves (with gradient checkpointing,
+packing and LoRA applied), plus LoRA views that share one frozen base.
 
-- policy: a causal LM (`AutoModelForCausalLM`);
-- reward model: `AutoModelForSequenceClassification` with `num_labels=1`; the score is the `score`
-  head read at the last attended token, exactly what Hugging Face pools, so a saved reward model
-  scores the same outside Keel;
-- value model: the same class and on-disk format; its per-token values are the `score` head applied
-  to every hidden state.
-
-Weights are read and written as safetensors only (`use_safetensors=True`): nothing a user uploads
-is ever unpickled. With LoRA (peft), the reference policy is the actor with its adapter disabled,
-so the base weights exist once.
+Weights are read as safetensors only (`use_safetensors=True`): nothing a user uploads is ever
+unpickled.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import json
 import os
 import re
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from math import prod
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
@@ -333,197 +326,3 @@ def lora_view(base: nn.Module, cfg: ModelConfig, adapter: str | None = None) -> 
     shared = {id(t): t for t in (*base.parameters(), *base.buffers())}
     view = copy.deepcopy(base, shared)  # the memo maps every tensor to itself: only modules are new
     return _finish(view, cfg, adapter, True, task_type="CAUSAL_LM")
-
-
-# --- forward helpers ---------------------------------------------------------------------------------
-
-def is_lora(model: nn.Module) -> bool:
-    """True when `model` is PEFT-wrapped (so `reference_mode` works and `save_model` gives "lora")."""
-    from peft import PeftModel
-
-    return isinstance(model, PeftModel)
-
-
-def _seq_cls_parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
-    """(backbone, score head) of a possibly PEFT-wrapped sequence-classification model; the LoRA
-    layers live inside the backbone, so calling it applies the adapter."""
-    base = model.get_base_model() if is_lora(model) else model
-    return getattr(base, base.base_model_prefix), base.score
-
-
-def _last_attended(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Index of the last 1 in each row of `attention_mask` (batch, seq) -> (batch,); right or left
-    padding alike."""
-    positions = torch.arange(attention_mask.shape[-1], device=attention_mask.device)
-    return (positions * attention_mask.ne(0)).argmax(-1)
-
-
-def score_positions(input_ids: torch.Tensor, attention_mask: torch.Tensor, pad_token_id: int | None) -> torch.Tensor:
-    """Where Hugging Face's `*ForSequenceClassification` reads the score, so an exported reward model
-    scores the same outside Keel: the rightmost token that is not `pad_token_id` (with pad == eos, the
-    token before a trailing eos), or the last attended token when the model has no pad id.
-
-    Args:
-        input_ids, attention_mask: `(batch, seq)`, right-padded.
-
-    Returns:
-        `(batch,)` long.
-    """
-    if pad_token_id is None:
-        return _last_attended(attention_mask)
-    positions = torch.arange(input_ids.shape[-1], device=input_ids.device)
-    return (positions * input_ids.ne(pad_token_id)).argmax(-1)
-
-
-def reward_scores(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Scalar reward per sequence, read where Hugging Face reads it (`score_positions`).
-
-    Args:
-        input_ids, attention_mask: `(batch, seq)`.
-
-    Returns:
-        `(batch,)` float32.
-    """
-    backbone, score = _seq_cls_parts(model)
-    read = score_positions(input_ids, attention_mask, getattr(model.config, "pad_token_id", None))
-    if packing.enabled(backbone):  # one row, no padding; the score head sees the read tokens only
-        packed = packing.pack_padded(input_ids, attention_mask)
-        inside = read - attention_mask.ne(0).int().argmax(-1)  # from the row's first real token
-        hidden = packed.at(backbone(**packed.model_inputs()).last_hidden_state, inside[:, None])[:, 0]
-        return score(hidden).squeeze(-1).float()
-    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    rows = torch.arange(hidden.shape[0], device=hidden.device)
-    # Score only the pooled hidden state: (batch, hidden) instead of (batch, seq, hidden).
-    return score(hidden[rows, read]).squeeze(-1).float()
-
-
-def token_values(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Scalar value per token (the critic).
-
-    Args:
-        input_ids, attention_mask: `(batch, seq)`.
-
-    Returns:
-        `(batch, seq)` float32; positions where `attention_mask` is 0 hold arbitrary values.
-    """
-    backbone, score = _seq_cls_parts(model)
-    if packing.enabled(backbone):
-        packed = packing.pack_padded(input_ids, attention_mask)
-        values = score(backbone(**packed.model_inputs()).last_hidden_state).squeeze(-1).float()
-        return packed.to_padded(values, input_ids.shape[1])
-    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    return score(hidden).squeeze(-1).float()
-
-
-PLAIN_LM_HEADS = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
-"""Model types whose logits are exactly `lm_head(last_hidden_state)` (no soft-capping or scaling),
-so the head can be applied to a slice of the hidden states."""
-
-
-def logits_at(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-              positions: torch.Tensor) -> torch.Tensor:
-    """Causal-LM logits at `positions` only.
-
-    The backbone runs once; the LM head sees the `(batch, k, hidden)` hidden states it is asked
-    for, not `(batch, seq, hidden)`: with long prompts and a large vocabulary, the prompt
-    positions' logits are most of a forward's memory. Other model types run the whole forward and
-    gather (same result, no saving).
-
-    Args:
-        input_ids, attention_mask: `(batch, seq)`.
-        positions: `(batch, k)` indices into `seq`.
-
-    Returns:
-        `(batch, k, vocab)` in the head's output dtype.
-    """
-    base = model.get_base_model() if is_lora(model) else model
-    head = base.get_output_embeddings()
-    plain = getattr(base.config, "model_type", None) in PLAIN_LM_HEADS and head is not None
-    if packing.enabled(base):  # one row without padding (`engine.packing`)
-        packed = packing.pack_padded(input_ids, attention_mask)
-        if not plain:
-            return packed.at(model(**packed.model_inputs()).logits, positions)
-        hidden = getattr(base, base.base_model_prefix)(**packed.model_inputs()).last_hidden_state
-        return head(packed.at(hidden, positions))
-    if not plain:
-        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
-        return logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1]))
-    backbone = getattr(base, base.base_model_prefix)  # LoRA layers live inside it: adapters apply
-    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-    return head(hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1])))
-
-
-@contextlib.contextmanager
-def reference_mode(model: nn.Module) -> Iterator[nn.Module]:
-    """Run the reference policy: the PEFT actor with its adapter disabled (no second weight copy).
-
-    Raises:
-        TypeError: for a plain model; the caller loads a frozen copy with `trainable=False` instead.
-    """
-    if not is_lora(model):
-        raise TypeError("reference_mode needs a PEFT (LoRA) model; load a frozen reference copy instead")
-    with model.disable_adapter():
-        yield model
-
-
-# --- saving ------------------------------------------------------------------------------------------
-
-def save_model(model: nn.Module, tokenizer: Any, out_dir: str | os.PathLike,
-               dtype: torch.dtype | None = None) -> Literal["hf", "lora"]:
-    """Save for use outside Keel, safetensors only.
-
-    A plain model is saved with `save_pretrained` ("hf"). A PEFT model writes the merged full model
-    at `out_dir` (loadable with plain `from_pretrained`) and the adapter alone under
-    `out_dir/adapter/` (loadable with `PeftModel.from_pretrained`), and returns "lora". The model
-    being trained is left untouched (merging happens on a copy).
-
-    `dtype` (the job's compute dtype) is the dtype of the saved full weights: float32 masters are
-    written as bf16/fp16, as large as the model the job started from. The adapter stays float32.
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    kind: Literal["hf", "lora"] = "hf"
-    full = model
-    if is_lora(model):
-        model.save_pretrained(out / "adapter", safe_serialization=True)
-        # merge_and_unload mutates its model, and unmerging in bf16 does not restore the weights
-        # exactly: merge a copy. It costs one model's memory for the duration of the save.
-        full = copy.deepcopy(model).merge_and_unload()
-        if dtype is not None:
-            full.to(dtype)  # a copy: the float32 adapter / score head merged into the compute dtype
-        kind = "lora"
-    state_dict = None
-    if dtype is not None and kind == "hf" and any(p.dtype != dtype for p in full.parameters()):
-        state_dict = _cast_state_dict(full, dtype)
-    # Training turns the KV cache off (gradient checkpointing); the saved model is for inference.
-    use_cache = getattr(full.config, "use_cache", None)
-    full.config.use_cache = True
-    try:
-        full.save_pretrained(out, state_dict=state_dict)
-        if state_dict is not None:  # save_pretrained records the parameters' dtype, not the file's
-            saved_dtype = full.config.dtype
-            full.config.dtype = str(dtype).removeprefix("torch.")
-            try:
-                full.config.save_pretrained(out)
-            finally:
-                full.config.dtype = saved_dtype
-    finally:
-        full.config.use_cache = use_cache
-    if tokenizer is not None:
-        tokenizer.save_pretrained(out)
-    return kind
-
-
-def _cast_state_dict(model: nn.Module, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """`model.state_dict()` with floating tensors cast to `dtype`; tied tensors stay one tensor."""
-    cast: dict[tuple[Any, ...], torch.Tensor] = {}
-    out = {}
-    for name, value in model.state_dict().items():
-        if not value.is_floating_point():
-            out[name] = value
-            continue
-        key = (value.data_ptr(), value.storage_offset(), tuple(value.shape), tuple(value.stride()))
-        if key not in cast:
-            cast[key] = value.detach().to(dtype)
-        out[name] = cast[key]
-    return out
