@@ -129,6 +129,21 @@ class Settings(BaseSettings):
     """Most choices (`n`) one completion request may ask for."""
     INFERENCE_MAX_TOKENS: int = Field(default=4096, ge=1)
     """Most tokens one completion request may ask to generate (`max_tokens`, `max_completion_tokens`)."""
+    SERVE_URL: str = "http://127.0.0.1:8100"
+    """Ray Serve's HTTP ingress the API forwards completions to (`keel up` and the worker entrypoint
+    start it on this host and port; keep it on loopback or a private network)."""
+    SERVE_MAX_REPLICAS: int = Field(default=2, ge=1)
+    """Most replicas of one base model's deployment (autoscaled on queue depth from 0)."""
+    SERVE_MAX_ADAPTERS: int = Field(default=8, ge=1)
+    """LoRA adapters one replica keeps loaded (least recently used evicted, reloaded on demand)."""
+    SERVE_MAX_BATCH: int = Field(default=32, ge=1)
+    """Sequences one CPU replica decodes together (continuous batching)."""
+    SERVE_REPLICA_CPUS: float = Field(default=1.0, gt=0)
+    """CPUs one serving replica reserves (and counts in admission while it lives)."""
+    SERVE_REPLICA_GPUS: float = Field(default=0.0, ge=0)
+    """GPUs one serving replica reserves (> 0: the vLLM engine)."""
+    SERVE_IDLE_S: float = Field(default=60.0, gt=0)
+    """Seconds without requests before a base model's replicas scale down to none."""
     MLFLOW_TRACKING_URI_PREFIXES: list[str] = Field(default_factory=list)
     """MLflow tracking URIs jobs may name besides http(s) ones on public addresses, as prefixes (JSON list,
     e.g. `["http://mlflow.internal:5000", "file:///srv/mlruns"]`): an internal server or a shared directory."""
