@@ -42,6 +42,8 @@ TAGS = [
     {"name": "webhooks", "description": "Signed (Standard Webhooks) notifications of job outcomes, with a delivery log."},
     {"name": "secrets", "description": "Write-only project secrets for integrations (admin keys only)."},
     {"name": "fine_tuning", "description": "OpenAI's fine-tuning API shapes over the same jobs and files, and graders."},
+    {"name": "inference", "description": "OpenAI's chat completions and completions on every model the project can "
+                                         "use, answered by Ray Serve."},
     {"name": "keys", "description": "The project's API keys (admin keys only): list, create, revoke."},
     {"name": "health", "description": "Liveness and readiness probes."},
 ]

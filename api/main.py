@@ -8,7 +8,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
 from api import bodysize, docs, errors, metrics, middleware, streams
-from api.openai import fine_tuning, graders
+from api.openai import fine_tuning, graders, inference
 from api.routes import (
     checkpoints,
     console,
@@ -136,6 +136,7 @@ ROUTERS = (
     trainer_events.router,
     fine_tuning.router,  # OpenAI's fine-tuning API (docs/openai.md)
     graders.router,  # its alpha graders endpoints
+    inference.router,  # OpenAI's chat completions and completions, answered by Ray Serve (docs/inference.md)
     webhooks.router,
     secrets.router,
     tensorboard.router,

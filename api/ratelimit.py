@@ -241,6 +241,23 @@ class RateLimiter:
                 self._fallback.failed(exc)
         return self._hit(self._local, item, key_id, count=count)
 
+    def spend(self, key_id: str, per_window: int, amount: int) -> None:
+        """Count `amount` units at once (the tokens a completion used, known only once it ended), as far
+        as the budget goes: usage can exhaust the budget, so the key's next request is refused."""
+        if per_window <= 0 or amount <= 0:
+            return
+        item = RateLimitItemPerSecond(per_window, self.window_s)
+        if self._script is not None and self._fallback.redis_ok():
+            try:
+                self.redis_calls += 1
+                self._script(keys=self._keys(item, key_id), args=[per_window, self.window_s, amount])
+                return
+            except (redis.RedisError, OSError) as exc:
+                self._fallback.failed(exc)
+        remaining = self._local.get_window_stats(item, key_id).remaining
+        if remaining > 0:
+            self._local.hit(item, key_id, cost=min(amount, remaining))
+
     async def acheck(self, key_id: str, per_window: int) -> Budget | None:
         """`check` on the event loop (an asyncio Redis client of this loop, no thread), served from
         the key's leased tokens while it has some (see the module doc)."""

@@ -2,7 +2,7 @@
 exception class (`BadRequestError` 400, `AuthenticationError` 401, `NotFoundError` 404,
 `RateLimitError` 429) with `param` and `code` set.
 
-On the OpenAI-compatible routes (`/v1/fine_tuning/...`) every problem body also carries
+On the OpenAI-compatible routes (`/v1/fine_tuning/...`, `/v1/chat/completions`, `/v1/completions`) every problem body also carries
 `{"error": {"message", "type", "param", "code"}}` as an RFC 9457 extension member, and request
 validation problems are 400s (OpenAI's status) instead of Keel's 422. A `purpose=fine-tune` upload's
 file problems get the same treatment (api/routes/files.py).
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-OPENAI_PREFIXES = ("/v1/fine_tuning",)
+OPENAI_PREFIXES = ("/v1/fine_tuning", "/v1/chat/completions", "/v1/completions")
 SHARED_PREFIXES = ("/v1/models", "/v1/files")
 """Keel routes the official client calls too (`models.list`, `files.create`): their problems keep Keel's
 status (Keel's own clients read them) and gain the `error` member."""

@@ -3,7 +3,8 @@ downloadable as a Hugging Face directory (a tar streamed from the artifact store
 
 A model a fine-tuning job (`/v1/fine_tuning/jobs`) trained also answers to its OpenAI name
 (`ft:...`, core/fine_tuned_models.py) on every route here, and the list shows it under both ids: the
-OpenAI client's `models.list()` finds the job's `fine_tuned_model` there."""
+OpenAI client's `models.list()` finds the job's `fine_tuned_model` there, and the shared base models
+(api/base_models.py) on the first page: every model `chat.completions` can run (docs/inference.md)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from api import archive
+from api import archive, base_models
 from api.deps import CurrentProject, SessionDep
 from api.errors import ApiError, not_found, problem_responses
 from api.pagination import AfterQuery, LimitQuery, page_of, paginate
@@ -53,6 +54,12 @@ def model_public(m: Model, openai_name: str | None = None) -> ModelPublic:
                        alias_of=m.id if openai_name else None)
 
 
+def shared_model_public(m: base_models.SharedModel) -> ModelPublic:
+    """A base model under a model root: its id is its directory, owned by the deployment (`keel`)."""
+    return ModelPublic(id=m.path, name=m.name, kind="policy", format="hf", base_model=m.path, job_id=None,
+                       created_at=m.created, created=m.created, owned_by="keel")
+
+
 def _openai_names(db: Session, models: list[Model]) -> dict[str, str]:
     """Keel model id -> OpenAI name, for the models fine-tuning jobs trained."""
     job_ids = [m.job_id for m in models if m.job_id]
@@ -66,7 +73,10 @@ def list_models(project: CurrentProject, db: SessionDep, limit: LimitQuery = 20,
                 kind: Annotated[Literal["policy", "reward_model", "value_model"] | None,
                                 Query(description="Only models of this kind.")] = None):
     """The project's models, newest first. A model a fine-tuning job trained is followed by its entry under
-    its OpenAI name (`alias_of` set); `limit` counts models, and the cursor is always a Keel model id."""
+    its OpenAI name (`alias_of` set); `limit` counts models, and the cursor is always a Keel model id.
+    The first page (no `after`) ends with the deployment's shared base models (`owned_by: "keel"`, the
+    id is the directory under a model root), unless `kind` asks for scoring models; each can be a job's
+    `model` or a completion's."""
     stmt = select(Model).where(Model.project_id == project.id)
     if kind is not None:
         stmt = stmt.where(Model.kind == kind)
@@ -74,6 +84,8 @@ def list_models(project: CurrentProject, db: SessionDep, limit: LimitQuery = 20,
     names = _openai_names(db, rows)
     items = [entry for m in rows
              for entry in (model_public(m), *((model_public(m, names[m.id]),) if m.id in names else ()))]
+    if after is None and kind in (None, "policy"):
+        items += [shared_model_public(m) for m in base_models.base_models()]
     page = page_of(items, has_more)
     page.update(first_id=rows[0].id if rows else None, last_id=rows[-1].id if rows else None)
     return page

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from fastapi.routing import APIRoute
 
+from api.openai.errors import OPENAI_PREFIXES
+
 PROBLEM_REF = "#/components/schemas/Problem"
 
 
@@ -79,7 +81,7 @@ def test_authenticated_routes_declare_401_and_path_ids_declare_404(built):
             missing.append(f"{m} {p}: 401")
         if "{" in p and m != "PUT" and "404" not in op["responses"]:  # a PUT creates what it names
             missing.append(f"{m} {p}: 404")
-        invalid = "400" if p.startswith("/v1/fine_tuning") else "422"  # OpenAI's routes answer 400
+        invalid = "400" if p.startswith(OPENAI_PREFIXES) else "422"  # OpenAI's routes answer 400
         if (op.get("parameters") or op.get("requestBody")) and invalid not in op["responses"]:
             missing.append(f"{m} {p}: {invalid}")
     assert missing == []

@@ -19,6 +19,8 @@ from .checkpoint_public import CheckpointPublic
 from .checkpoint_public_metrics import CheckpointPublicMetrics
 from .checkpoints_public import CheckpointsPublic
 from .column_stats import ColumnStats
+from .create_chat_completion_raw import CreateChatCompletionRaw
+from .create_completion_raw import CreateCompletionRaw
 from .create_fine_tuning_job_raw import CreateFineTuningJobRaw
 from .critic_config import CriticConfig
 from .critic_config_loss_agg_mode import CriticConfigLossAggMode
@@ -247,6 +249,8 @@ __all__ = (
     "CheckpointPublicMetrics",
     "CheckpointsPublic",
     "ColumnStats",
+    "CreateChatCompletionRaw",
+    "CreateCompletionRaw",
     "CreateFineTuningJobRaw",
     "CriticConfig",
     "CriticConfigLossAggMode",

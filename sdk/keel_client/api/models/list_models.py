@@ -98,6 +98,9 @@ def sync_detailed(
 
      The project's models, newest first. A model a fine-tuning job trained is followed by its entry under
     its OpenAI name (`alias_of` set); `limit` counts models, and the cursor is always a Keel model id.
+    The first page (no `after`) ends with the deployment's shared base models (`owned_by: "keel"`, the
+    id is the directory under a model root), unless `kind` asks for scoring models; each can be a job's
+    `model` or a completion's.
 
     Args:
         limit (int | Unset): Page size (1-100). Default: 20.
@@ -136,6 +139,9 @@ def sync(
 
      The project's models, newest first. A model a fine-tuning job trained is followed by its entry under
     its OpenAI name (`alias_of` set); `limit` counts models, and the cursor is always a Keel model id.
+    The first page (no `after`) ends with the deployment's shared base models (`owned_by: "keel"`, the
+    id is the directory under a model root), unless `kind` asks for scoring models; each can be a job's
+    `model` or a completion's.
 
     Args:
         limit (int | Unset): Page size (1-100). Default: 20.
@@ -169,6 +175,9 @@ async def asyncio_detailed(
 
      The project's models, newest first. A model a fine-tuning job trained is followed by its entry under
     its OpenAI name (`alias_of` set); `limit` counts models, and the cursor is always a Keel model id.
+    The first page (no `after`) ends with the deployment's shared base models (`owned_by: "keel"`, the
+    id is the directory under a model root), unless `kind` asks for scoring models; each can be a job's
+    `model` or a completion's.
 
     Args:
         limit (int | Unset): Page size (1-100). Default: 20.
@@ -205,6 +214,9 @@ async def asyncio(
 
      The project's models, newest first. A model a fine-tuning job trained is followed by its entry under
     its OpenAI name (`alias_of` set); `limit` counts models, and the cursor is always a Keel model id.
+    The first page (no `after`) ends with the deployment's shared base models (`owned_by: "keel"`, the
+    id is the directory under a model root), unless `kind` asks for scoring models; each can be a job's
+    `model` or a completion's.
 
     Args:
         limit (int | Unset): Page size (1-100). Default: 20.
