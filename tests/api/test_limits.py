@@ -433,7 +433,7 @@ def test_a_streamed_body_is_counted_as_it_arrives(live_server, auth, monkeypatch
 
 def test_the_limit_spares_uploads_and_every_other_route_has_it(client, auth, monkeypatch):
     monkeypatch.setattr(settings, "MAX_JSON_BODY_BYTES", 1000)
-    from test_files import jsonl_bytes, upload
+    from tests.api.file_uploads import jsonl_bytes, upload
 
     data = jsonl_bytes([{"prompt": f"p{i} " * 20, "response": "r " * 20} for i in range(40)])
     assert len(data) > 1000

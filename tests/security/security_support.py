@@ -27,7 +27,7 @@ _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 @cache
 def load(relpath: str) -> ModuleType:
-    """A test module of this repository by path (e.g. `tests/api/test_files.py`), under a private name."""
+    """A module of this repository's tests by path (e.g. `tests/api/file_uploads.py`), under a private name."""
     name = "keel_support_" + relpath.removesuffix(".py").replace("/", "_")
     spec = importlib.util.spec_from_file_location(name, ROOT / relpath)
     module = importlib.util.module_from_spec(spec)
@@ -37,8 +37,8 @@ def load(relpath: str) -> ModuleType:
 
 
 def api_files() -> ModuleType:
-    """tests/api/test_files.py: parquet_bytes, jsonl_bytes, upload, assert_problem, project_blobs."""
-    return load("tests/api/test_files.py")
+    """tests/api/file_uploads.py: parquet_bytes, jsonl_bytes, upload, assert_problem, project_blobs."""
+    return load("tests/api/file_uploads.py")
 
 
 def api_jobs() -> ModuleType:
