@@ -30,7 +30,7 @@ GROUPS: dict[str, list[str]] = {
     "api": ["api", "security", "fuzz", "sdk", "openai", "test_architecture.py",
             "test_deployment_images.py", "test_deployment_compose.py", "test_deployment_k8s.py",
             "test_deployment_entrypoint.py",
-            "test_monitoring_deployment.py", "storage", "tinker"],
+            "test_monitoring_deployment.py", "storage", "tinker", "inference"],
     "workers": ["workers", "faults", "trainers"],
 }
 

@@ -123,7 +123,10 @@ def _check_limits(body: Any, target: Target) -> None:
 
 
 async def _admit_tokens(key_id: str) -> None:
-    budget = await anyio.to_thread.run_sync(_TOKENS.check, key_id, settings.INFERENCE_TOKENS_PER_MINUTE, False)
+    limit = settings.INFERENCE_TOKENS_PER_MINUTE
+    if limit <= 0:
+        return
+    budget = await anyio.to_thread.run_sync(lambda: _TOKENS.check(key_id, limit, count=False))
     if budget is not None and not budget.allowed:
         raise ApiError(429, "rate_limited", "This API key used its tokens per minute "
                        f"({settings.INFERENCE_TOKENS_PER_MINUTE}, KEEL_INFERENCE_TOKENS_PER_MINUTE); retry later.",
@@ -209,7 +212,10 @@ async def _relay(upstream: httpx.Response, call: metrics.Call, caller: CurrentCa
             if "error" in chunk:
                 yield _event(chunk)
                 break
-            _merge_extras(extras, chunk.pop("keel", None))
+            carried = chunk.pop("keel", None)
+            _merge_extras(extras, carried)
+            if carried is not None and not chunk.get("choices") and not chunk.get("usage"):
+                continue  # a chunk that only carried Keel's record
             if chunk.get("usage"):
                 usage = chunk["usage"]
                 if not chunk.get("choices") and not want_usage:
