@@ -338,8 +338,6 @@ def _sample_future(db: Session, project_id: str, request_id: str) -> futures.Out
     op = db.get(TrainerOperation, request_id.removeprefix(REQUEST_PREFIX))
     if op is None or op.project_id != project_id or op.kind != "sample":
         return None
-    if op.status == "failed":
-        return futures.operation_error(op.error)
-    if op.status != "succeeded":
-        return futures.Pending("active")
+    if op.status != "succeeded":  # waiting (its queue_state) or failed: as any trainer operation answers
+        return futures.resolve(project_id, op.id)
     return encode_sample(op.result or {})

@@ -1,7 +1,8 @@
 """Sampling through the official `tinker` client against a live Keel: weights saved for the sampler,
 then sampled with string and token-id stops, seeds that reproduce, sampled-token and prompt log-probs
-equal to a forward's; a base model's sampler; `save_weights_and_get_sampling_client`; paths that name
-nothing of the project."""
+equal to a forward's; a base model's sampler, and `asample` over plain HTTP (dedupe on seq_id, bad
+fields named, the protobuf future); `save_weights_and_get_sampling_client`; paths that name nothing
+of the project."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import httpx
 import pytest
 import tinker
 from tinker import types
+from tinker.proto import response_conv
 
 TEXTS = ["the cat sat on the mat", "a dog ran in the park", "birds sing at dawn", "rain falls on the roof"]
 
@@ -93,7 +95,7 @@ def test_sampler_weights_sample_with_stops_seeds_and_logprobs(service, base_mode
     assert kinds.count("sample") == 4 and "save_weights_for_sampler" in kinds
 
 
-def test_a_base_model_sampler(service, base_model):
+def test_a_base_model_sampler(service, base_model, tinker_url, tinker_key):
     sampler = service.create_sampling_client(base_model=base_model).result()
     assert sampler.get_tokenizer() is not None  # the base model's directory, loaded by the client
     tokens = sampler.get_tokenizer().encode("birds sing")
@@ -102,6 +104,38 @@ def test_a_base_model_sampler(service, base_model):
     assert all(0 < len(s.tokens) <= 5 for s in out.sequences)
     logprobs = sampler.compute_logprobs(types.ModelInput.from_ints(tokens)).result()
     assert logprobs[0] is None and len(logprobs) == len(tokens) and all(x < 0 for x in logprobs[1:])
+
+    # The protocol itself: the sampler's description, asample's dedupe and refusals, its future.
+    sampler_id = sampler._sampling_session_id
+    headers = {"X-API-Key": tinker_key}
+    described = httpx.get(f"{tinker_url}/api/v1/samplers/{sampler_id}", headers=headers, timeout=30).json()
+    assert described == {"sampler_id": sampler_id, "base_model": base_model, "model_path": None}
+
+    def post(body):
+        return httpx.post(f"{tinker_url}/api/v1/asample", json=body, headers=headers, timeout=30)
+
+    body = {"sampling_session_id": sampler_id, "seq_id": 7, "num_samples": 2, "type": "sample",
+            "prompt": {"chunks": [{"type": "encoded_text", "tokens": [5, 6, 7]}]},
+            "sampling_params": {"max_tokens": 3, "seed": 1, "stop": None, "temperature": 1.0, "top_k": -1,
+                                "top_p": 1.0}}
+    first, retried = post(body).json(), post(body).json()
+    assert first == retried and len(first["sample_sequence_ids"]) == 2  # the client's retry: the same request
+    for change, param in (({"topk_sample_logprobs": 2}, "topk_sample_logprobs"),
+                          ({"prompt": {"chunks": [{"type": "encoded_text", "tokens": [10**7]}]}}, "prompt.chunks"),
+                          ({"prompt": {"chunks": [{"type": "image", "data": "AA==", "format": "png"}]}},
+                           "prompt.chunks.0"),
+                          ({"sampling_session_id": "sampler-unknown"}, "sampling_session_id")):
+        refused = post({**body, "seq_id": 8, **change})
+        assert refused.status_code in (400, 404) and refused.json()["param"] == param, refused.text
+
+    for _ in range(20):  # the future: protobuf, as the client reads it
+        answer = httpx.post(f"{tinker_url}/api/v1/retrieve_future", json={"request_id": first["request_id"]},
+                            headers={**headers, "Accept": "application/x-protobuf"}, timeout=60)
+        if answer.headers["content-type"].startswith("application/x-protobuf"):
+            break
+        assert answer.json()["type"] == "try_again"
+    result = response_conv.deserialize_sample_response(answer.content)
+    assert len(result.sequences) == 2 and all(0 < len(s.tokens) <= 3 for s in result.sequences)
 
 
 def test_save_weights_and_get_sampling_client(service, base_model):
