@@ -96,18 +96,22 @@ def micro_batches(lengths: Sequence[int], unit: int, budget: int = MICRO_BATCH_T
 
 
 class _Sums:
-    """Metric sums and their weights across micro-batches."""
+    """Metrics across micro-batches: weighted means (`add`) and plain totals (`total`)."""
 
     def __init__(self) -> None:
         self.values: dict[str, list[float]] = {}
+        self.totals: dict[str, float] = {}
 
     def add(self, name: str, value: float, weight: float = 1.0) -> None:
         entry = self.values.setdefault(name, [0.0, 0.0])
         entry[0] += value * weight
         entry[1] += weight
 
+    def total(self, name: str, value: float) -> None:
+        self.totals[name] = self.totals.get(name, 0.0) + value
+
     def means(self) -> dict[str, float]:
-        return {k: s / w for k, (s, w) in self.values.items() if w > 0}
+        return {**{k: s / w for k, (s, w) in self.values.items() if w > 0}, **self.totals}
 
 
 POLICY_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, float]]]] = {
@@ -159,7 +163,7 @@ def _loss(request: ForwardRequest, batch: Sequence[Any], logp: torch.Tensor, mas
     cfg = request.config
     if request.loss_fn == "cross_entropy":
         weights = column("weights")
-        sums.add("weights:sum", float(weights.sum()), 1.0)
+        sums.total("weights:sum", float(weights.sum()))  # a sum over the call, whatever its micro-batches
         return cross_entropy_loss(logp, weights)
     if request.loss_fn in POLICY_LOSSES:
         advantages, sampler = column("advantages"), column("logprobs")

@@ -243,6 +243,21 @@ def test_cross_entropy_is_minus_the_weighted_sum_and_counts_tokens(demo_assets, 
     assert all(p.grad is None for p in session.params)  # forward computes no gradients
 
 
+def test_metrics_do_not_depend_on_the_micro_batches(demo_assets, tmp_path, sft_datums, monkeypatch):
+    """Tinker's `weights:sum` is the call's total and `loss:sum` the loss's, however the call is cut."""
+    from engine.interactive import forward
+
+    session = make(demo_assets, tmp_path)
+    data = sft_datums(3)
+    whole = session.run("forward", {"data": data, "loss_fn": "cross_entropy"})["metrics"]
+    monkeypatch.setattr(forward, "micro_batches", lambda lengths, unit: [[i] for i in range(len(lengths))])
+    split = session.run("forward", {"data": data, "loss_fn": "cross_entropy"})["metrics"]
+    total = sum(sum(d["loss_fn_inputs"]["weights"]) for d in data)
+    assert whole["weights:sum"] == pytest.approx(total, rel=1e-6)
+    assert split["weights:sum"] == pytest.approx(total, rel=1e-6)
+    assert split["loss:sum"] == pytest.approx(whole["loss:sum"], rel=1e-5)
+
+
 @pytest.mark.parametrize(("ratio", "advantage", "config", "per_token"), [
     (1.5, 1.0, {}, -1.2),                              # clipped at clip_high_threshold 1.2
     (1.5, 1.0, {"clip_high_threshold": 1.4}, -1.4),
