@@ -14,7 +14,7 @@ import time
 
 import pytest
 import redis
-from fault_stack import wait_until
+from fault_processes import wait_until
 from sqlalchemy import update
 from sse_followers import Follower
 

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fault_stack import ROOT
+from fault_processes import ROOT
 
 from core.db import session_scope
 from core.ids import new_id

@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from fault_stack import HEARTBEAT_TIMEOUT_S, assert_step_log, sft_hyperparameters, wait_until
+from fault_processes import wait_until
+from fault_stack import HEARTBEAT_TIMEOUT_S, assert_step_log, sft_hyperparameters
 from sse_followers import Follower
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]

@@ -11,7 +11,8 @@ import time
 
 import pytest
 import redis
-from fault_stack import assert_step_log, wait_until
+from fault_processes import wait_until
+from fault_stack import assert_step_log
 from sse_followers import Follower
 
 from core.events import CHANNEL_PREFIX, channel

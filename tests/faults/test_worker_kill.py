@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from fault_stack import HEARTBEAT_TIMEOUT_S, PPO_HYPERPARAMETERS, ROOT, assert_step_log, wait_until
+from fault_processes import ROOT, wait_until
+from fault_stack import HEARTBEAT_TIMEOUT_S, PPO_HYPERPARAMETERS, assert_step_log
 from safetensors.torch import load_file
 from sqlalchemy import func, select
 
