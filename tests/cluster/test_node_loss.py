@@ -9,7 +9,7 @@ resumes from the last checkpoint the log recorded, and succeeds; every step is r
 from __future__ import annotations
 
 import pytest
-from faults.fault_stack import wait_until
+from faults.fault_processes import wait_until
 from topology import Topology
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]

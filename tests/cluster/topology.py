@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from faults.fault_stack import ApiServer, Proc, RedisServer, wait_until
+from faults.fault_processes import ApiServer, Proc, RedisServer, wait_until
 
 KEEL = str(Path(sys.executable).with_name("keel"))
 TERMINAL = ("succeeded", "failed", "cancelled")

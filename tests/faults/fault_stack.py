@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from fault_processes import ApiServer, PgProxy, RayProbe, RedisServer, Worker, wait_until
+from faults.fault_processes import ApiServer, PgProxy, RayProbe, RedisServer, Worker, wait_until
 
 # --- the deployment ---------------------------------------------------------------------------------
 

@@ -54,7 +54,7 @@ def free_cpus(db_url: str) -> float | None:
 
 
 def test_a_job_waits_for_free_cpus_then_runs_on_its_first_attempt(deployment):
-    from faults.fault_stack import wait_until
+    from faults.fault_processes import wait_until
 
     first = deployment.create_job(LONG_SFT, file="sft", resources={"cpus_per_worker": 2})
     wait_until(lambda: (deployment.job(first)["progress"]["step"] or 0) >= 1, 180, interval=0.5,
