@@ -5,7 +5,9 @@ operation at a time: `forward_backward`, `forward`, `optim_step`, `sample`, `sav
 - `spec`: `SessionSpec`, what a trainer holds and where it runs;
 - `datums`: payload checks and normalisation (pure Python);
 - `session`: `TrainingSession`, the plain class that does the work (`forward`, `sampling`, `state`);
-- `host`: the actor's lifecycle (`run_operation`, `release_session`, `session_alive`).
+- `lora_host`: `LoraHost`, the LoRA trainers of one base model over one copy of its weights;
+- `host`: where a trainer runs and its lifecycle (`run_operation`, `release_session`, `session_alive`):
+  an actor of its own (full-parameter) or its base model's shared `LoraHost` (LoRA).
 
 Importing this package loads neither torch nor Ray.
 """
