@@ -22,6 +22,8 @@ class Resources:
     executor: Literal["local", "ray"] = "ray"
     """`ray`: workers are Ray actors (the controller, PPO's roles, data-parallel replicas). `local`:
     the job runs in the worker's own process on its one device, without Ray (one worker only)."""
+    rollout_workers: int = 0
+    """PPO with `rollout.colocate: false`: workers that only generate, each a bundle of its own."""
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,22 @@ class RolloutConfig:
     tensor_model_parallel_size: int = 1
     """vllm: GPUs one engine splits the model over (tensor parallelism); must divide
     `resources.gpus_per_worker`."""
+    mode: Literal["sync", "one_step_off", "async"] = "sync"
+    """`sync`: generate, then train on what was generated. `one_step_off`: batch k+1 is generated
+    while the trainer updates on batch k, so its samples are one version behind.
+    `async`: generation runs up to `max_staleness` batches ahead (see `engine.methods.ppo_async`)."""
+    max_staleness: int = 1
+    """async: a sample comes from a policy at most this many versions behind the one it trains."""
+    colocate: bool = True
+    """False: generation runs on its own workers (`resources.rollout_workers`), fed weights by version."""
+    partial: Literal["finish", "continue"] = "finish"
+    """A batch whose generation is in flight at a weight update: `finish` on the version it started
+    with (counted stale), or `continue` its remaining prompt groups on the new version."""
+
+    @property
+    def staleness(self) -> int:
+        """Versions a sample's policy lags the trainer's by (0: sync)."""
+        return {"sync": 0, "one_step_off": 1}.get(self.mode, self.max_staleness)
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ from engine.config import JobRequest, JobResult, PPOConfig, check_parallel
 from engine.data import PromptExample, load_rows, tokenize_prompts
 from engine.errors import Cancelled, ConfigError, DataError, Diverged, Paused
 from engine.guardrails import ReplayBuffer, Verdict, judge_step, sequence_mean_kl
-from engine.methods import ppo_checkpoint, ppo_rollout, ppo_update, ppo_validation
+from engine.methods import ppo_async, ppo_checkpoint, ppo_rollout, ppo_update, ppo_validation
 from engine.methods import ppo_experience as experience
 from engine.methods.ppo_dispatch import RoleDispatch
 from engine.methods.ppo_validation import VAL_STREAM
@@ -134,6 +134,9 @@ class PPOTrainer:
         self.final_metrics: dict[str, float] = {}
         self.roles: Any = None
         self._perms: dict[int, list[int]] = {}
+        ppo_async.check(cfg, request.resources.rollout_workers, num_workers=self.num_workers)
+        self.pipeline: ppo_async.RolloutPipeline | None = None
+        self._recorded: dict[str, Any] | None = None  # a resumed checkpoint's batches in flight
 
     # --- setup ---------------------------------------------------------------------------------
 
@@ -188,6 +191,11 @@ class PPOTrainer:
         if not self.lora:  # a process group only for sequence parallelism (the reference never steps)
             specs.append(RoleSpec("ref", Reference, (cfg, req.model_path), common, num_workers=w,
                                   data_parallel=cfg.ref.ulysses_sequence_parallel_size > 1))
+        if not cfg.rollout.colocate:  # generation on workers of its own (`engine.methods.ppo_async`)
+            from engine.roles.rollout_worker import RolloutWorker
+            specs.append(RoleSpec("rollout", RolloutWorker, (cfg, req.model_path),
+                                  {"rollout": self._rollout_backend(), **common},
+                                  num_workers=req.resources.rollout_workers, separate=True))
         is_model = "model_path" in reward or bool((reward.get("grading") or {}).get("models"))  # score_model
         specs.append(RoleSpec("reward", Reward, (cfg,), {"tokenizer_path": req.model_path, **reward, **common},
                               num_workers=w if is_model else 1, uses_gpu=is_model))
@@ -198,6 +206,10 @@ class PPOTrainer:
         self.roles = start_group(lambda: Cluster(specs, req.resources, startup_timeout_s=STARTUP_TIMEOUT_S))
         self.dispatch = RoleDispatch(self.roles, cfg, num_workers=w, num_mini_batches=self.num_mini_batches,
                                      lora=self.lora, use_critic=self.use_critic, on_policy=self.on_policy)
+        if cfg.rollout.mode != "sync" or not cfg.rollout.colocate:
+            self.pipeline = ppo_async.RolloutPipeline(self.dispatch, cfg, prompts_of=lambda i: self._prompts(i)[1],
+                                                      seed=req.seed, pad_id=self.pad_id,
+                                                      total_batches=self.total_steps)
         self.reporter.placement(self.roles.placement())
 
     # --- loop state ----------------------------------------------------------------------------
@@ -228,6 +240,7 @@ class PPOTrainer:
         state = self.dispatch.gather({"load": refs}, time.perf_counter() + self.cfg.guardrails.step_timeout_s,
                                      "resume", self.step + 1)["load"][0]["trainer"]
         self._restore_progress(state)
+        self._recorded = state.get("rollout_pipeline")
         self.rollbacks = int(state["rollbacks"])
         self.rollback_history = list(state.get("rollback_history", []))
         self.lr_scale, self.clip_ratio = float(state["lr_scale"]), state["clip_ratio"]
@@ -273,6 +286,8 @@ class PPOTrainer:
         try:
             self._resume()
             resumed_at = self.step
+            if self.pipeline is not None:
+                self.pipeline.start(self.step, self.consumed, self._recorded)
             if self.step == 0 and self.val and self.cfg.trainer.val_before_train:
                 self._baseline_validation()
             while self.step < self.total_steps:
@@ -313,13 +328,16 @@ class PPOTrainer:
     def _train_step(self) -> None:
         """One PPO iteration; on a guardrail trip it rolls back instead and the loop retries the step."""
         cfg = self.cfg
-        step_start = time.perf_counter()
+        step_start, wall_start = time.perf_counter(), time.time()
         deadline = step_start + cfg.guardrails.step_timeout_s
         start_state = self._state()
         step = self.step + 1
         epoch, prompts = self._prompts(self.consumed)
 
-        rollout = self._rollout_phase(prompts, deadline, batch_index=self.consumed)
+        if self.pipeline is not None:  # generated ahead: scored now
+            rollout = self.pipeline.collect(self.consumed, deadline, step=step)
+        else:
+            rollout = self._rollout_phase(prompts, deadline, batch_index=self.consumed)
         gen_batches = 1
         if cfg.algorithm.filter_groups.enable:
             rollout, gen_batches = self._fill_informative_groups(rollout, deadline)
@@ -378,6 +396,9 @@ class PPOTrainer:
         if last:
             metrics.update(ppo_validation.overfit(self.reporter, metrics, self.train_scores, self.train_spreads,
                                                   self.steps_per_epoch))
+        if self.pipeline is not None:  # the next batches' generation starts behind the new weights
+            metrics.update(self.pipeline.advance(self.consumed - 1, self.step, self.consumed, wall_start,
+                                                 time.perf_counter() - step_start))
         step_time = time.perf_counter() - step_start
         metrics["timing_s/step"] = step_time
         metrics["perf/throughput"] = metrics["perf/total_num_tokens"] / step_time / self.num_workers
@@ -429,8 +450,11 @@ class PPOTrainer:
         return metrics
 
     def _save_checkpoint(self, step: int, metrics: dict[str, float], deadline: float) -> None:
+        state = self._state()
+        if self.pipeline is not None:  # the batches generated ahead (a resume trains on them as they are)
+            state["rollout_pipeline"] = self.pipeline.record(deadline, self.step + 1)
         ppo_checkpoint.save(self.dispatch, self.artifacts, self.reporter, self.request.checkpoint_dir, step,
-                            self._state(), metrics, deadline, gather_step=self.step + 1)
+                            state, metrics, deadline, gather_step=self.step + 1)
 
     def _rollback(self, step: int, verdict: Verdict, start_state: dict[str, Any]) -> None:
         g = self.cfg.guardrails
@@ -452,6 +476,8 @@ class PPOTrainer:
         refs += actor.submit_all("scale_lr", g.rollback_lr_factor)
         refs += actor.submit_all("set_clip_ratio", self.clip_ratio)
         self.dispatch.gather({"restore": refs}, time.perf_counter() + g.step_timeout_s, "rollback", self.step + 1)
+        if self.pipeline is not None:
+            self.pipeline.rollback(self.step, self.consumed)
         self.reporter.warning(
             "rollback", f"step {step}: {verdict.reason}; restored the state before the step, actor LR x"
             f"{g.rollback_lr_factor:g} (now {self.lr_scale:g} of the schedule), clip_ratio {self.clip_ratio:g}",

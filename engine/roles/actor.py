@@ -165,7 +165,9 @@ class ActorRollout(TrainableRole):
             return
         version = float(self.weights_version)
         fingerprint = weights_fingerprint(self.model)
-        bad = stamp[:, 0] != version
+        # Pipelined rollout (`rollout.mode`): rows may lag by up to the allowed staleness (the driver
+        # checks each row's version against it); never from weights newer than the trainer's.
+        bad = stamp[:, 0] != version if self.cfg.rollout.mode == "sync" else stamp[:, 0] > version
         if bool(bad.any()) or self.rollout.fingerprint != fingerprint:
             row = int(bad.nonzero()[0, 0]) if bool(bad.any()) else 0
             raise EngineError(
@@ -176,6 +178,15 @@ class ActorRollout(TrainableRole):
                 data={"batch_version": int(stamp[row, 0]), "trainer_version": int(version),
                       "rows": int(bad.sum()), "rollout_fingerprint": self.rollout.fingerprint,
                       "trainer_fingerprint": fingerprint})
+
+    def export_weights(self) -> dict[str, Any]:
+        """The trained tensors (CPU copies), their version and fingerprint, for rollout workers
+        (`RolloutWorker.load_weights`); returned by value, so the object store carries them once to
+        every reader. Not under fsdp2 (the driver refuses that with separate rollout workers)."""
+        start = time.perf_counter()
+        state = {k: p.detach().to("cpu", copy=True) for k, p in self.model.named_parameters() if p.requires_grad}
+        return {"state": state, "version": self.weights_version, "fingerprint": weights_fingerprint(self.model),
+                "time_s": time.perf_counter() - start}
 
     # --- log-probs -----------------------------------------------------------------------------
 

@@ -38,6 +38,9 @@ class RoleSpec:
     data_parallel: bool = False
     """Join the workers into a torch.distributed group (trained roles)."""
     uses_gpu: bool = True
+    separate: bool = False
+    """Its own processes and placement group even when `resources.colocate` (PPO's rollout workers,
+    which generate while the colocated roles train)."""
 
 
 class Done:
@@ -120,7 +123,7 @@ class LocalRoleCluster:
 
     def __init__(self, specs: Sequence[RoleSpec], resources: Resources, *,
                  startup_timeout_s: float = 0.0) -> None:
-        if resources.num_workers != 1 or any(s.num_workers != 1 for s in specs):
+        if resources.num_workers != 1 or any(s.num_workers != 1 for s in specs if not s.separate):
             raise ConfigError("resources.executor 'local' runs one worker per role: "
                               "set resources.num_workers to 1", param="resources.num_workers")
         self.groups: dict[str, LocalRoleGroup] = {}

@@ -38,6 +38,7 @@ from engine.roles.critic import Critic
 from engine.roles.local import RoleSpec, submit_then
 from engine.roles.reference import Reference
 from engine.roles.reward import Reward
+from engine.roles.rollout_worker import RolloutWorker
 from engine.runtime.cluster import code_options
 from engine.runtime.distributed import WorkerLost, is_collective_failure, placement_strategy, worker_threads
 
@@ -89,7 +90,7 @@ class Colocated:
 
 
 REMOTE_CLASSES: dict[type, Any] = ({cls: ray.remote(cls)
-                                    for cls in (ActorRollout, Critic, Reference, Reward, Colocated)}
+                                    for cls in (ActorRollout, Critic, Reference, Reward, RolloutWorker, Colocated)}
                                    if ray is not None else {})
 """Each role class (and the colocated host) wrapped with `ray.remote`, once."""
 
@@ -198,10 +199,14 @@ class RoleCluster:
         cpus, gpus, workers = resources.cpus_per_worker, resources.gpus_per_worker, resources.num_workers
         bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
         strategy = placement_strategy(resources)
+        # A role that must run beside the others (`RoleSpec.separate`: rollout workers) gets its own
+        # placement group and processes even when the rest are colocated.
+        own_specs = [s for s in specs if s.separate] if resources.colocate else list(specs)
+        hosted_specs = [s for s in specs if not s.separate] if resources.colocate else []
         if resources.colocate:
             self._pgs.append(placement_group([dict(bundle) for _ in range(workers)], strategy=strategy))
-        else:
-            for spec in specs:
+        if own_specs:
+            for spec in own_specs:
                 own = {"CPU": cpus, **({"GPU": gpus} if gpus and spec.uses_gpu else {})}
                 self._pgs.append(placement_group([dict(own) for _ in range(spec.num_workers)], strategy=strategy))
         try:
@@ -220,18 +225,18 @@ class RoleCluster:
         # use the bundle's CPUs): `worker_threads`, from the CPUs reserved for it.
         threads = worker_threads(resources)
         parallel: list[RoleGroup] = []
+        handles = []
         if resources.colocate:
             hosts = [REMOTE_CLASSES[Colocated].options(**options(self._pgs[0], i, gpus)).remote(
-                [(s.name, s.cls, s.args, s.kwargs) for s in specs if i < s.num_workers],
+                [(s.name, s.cls, s.args, s.kwargs) for s in hosted_specs if i < s.num_workers],
                 rank=i, world_size=workers, num_threads=threads, use_gpu=gpus > 0) for i in range(workers)]
-            for spec in specs:
+            for spec in hosted_specs:
                 self.groups[spec.name] = RoleGroup(spec.name, hosts[:spec.num_workers], hosted=True)
-            if workers > 1 and any(s.data_parallel for s in specs):
+            if workers > 1 and any(s.data_parallel for s in hosted_specs):
                 parallel = [RoleGroup("hosts", hosts)]
             handles = hosts
-        else:
-            handles = []
-            for spec, pg in zip(specs, self._pgs):
+        if own_specs:
+            for spec, pg in zip(own_specs, self._pgs[1:] if resources.colocate else self._pgs):
                 num_gpus = gpus if spec.uses_gpu else 0.0
                 group = [REMOTE_CLASSES[spec.cls].options(**options(pg, i, num_gpus)).remote(
                     *spec.args, **spec.kwargs, rank=i, world_size=spec.num_workers, num_threads=threads,

@@ -120,12 +120,28 @@ def _check_parallel(db: Session, body: JobCreate) -> None:
         if isinstance(heads, int) and isinstance(kv, int) and (heads % sp or kv % sp):
             raise ApiError(422, "invalid_request", f"{param}: {sp} must divide the model's {heads} attention "
                            f"heads and {kv} key/value heads (its config.json).", param=param)
+    if body.method.type == "ppo":
+        _check_rollout_workers(body)
     if body.method.type == "ppo" and hp.rollout.tensor_model_parallel_size > 1:
         tp, gpus = hp.rollout.tensor_model_parallel_size, body.resources.gpus_per_worker
         if gpus != int(gpus) or int(gpus) % tp:
             param = prefix + "rollout.tensor_model_parallel_size"
             raise ApiError(422, "invalid_request", f"{param}: {tp} must divide the GPUs of a rollout worker "
                            f"(resources.gpus_per_worker {gpus:g}).", param=param)
+
+
+def _check_rollout_workers(body: JobCreate) -> None:
+    """`rollout.colocate: false` generates on `resources.rollout_workers` workers of its own (at least
+    one); with colocated generation there are none."""
+    rollout, workers = body.method.hyperparameters.rollout, body.resources.rollout_workers
+    if not rollout.colocate and workers < 1:
+        param = "resources.rollout_workers"
+        raise ApiError(422, "invalid_request", f"{param}: rollout.colocate false generates on workers of its "
+                       "own; set resources.rollout_workers to at least 1.", param=param)
+    if rollout.colocate and workers:
+        param = "resources.rollout_workers"
+        raise ApiError(422, "invalid_request", f"{param}: {workers} rollout workers need "
+                       "method.hyperparameters.rollout.colocate false.", param=param)
 
 
 _FILE_STATS = select(File.stats).where(File.id == bindparam("file_id"))

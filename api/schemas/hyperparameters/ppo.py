@@ -131,6 +131,20 @@ class RolloutConfig(Strict):
     tensor_model_parallel_size: Annotated[int, Field(ge=1, le=64)] = 1
     """vllm: GPUs one engine splits the model over (tensor parallelism); must divide
     `resources.gpus_per_worker`. Needs `name: vllm`."""
+    mode: Literal["sync", "one_step_off", "async"] = "sync"
+    """`sync`: generate, then train on it. `one_step_off`: batch k+1 is generated while the trainer
+    updates on batch k (samples one policy version behind). `async`: generation runs up to
+    `max_staleness` batches ahead; needs `colocate: false`. Not with `algorithm.filter_groups`, a
+    replay buffer or `remax`."""
+    max_staleness: Annotated[int, Field(ge=1, le=16)] = 1
+    """async: a sample comes from a policy at most this many versions behind the one it trains."""
+    colocate: bool = True
+    """False: generation runs on its own workers (`resources.rollout_workers`, at least 1), fed
+    the trainer's weights by version."""
+    partial: Literal["finish", "continue"] = "finish"
+    """A batch whose generation is in flight at a weight update: `finish` on the version it started
+    with (counted stale), or `continue` its remaining prompt groups on the new version (needs
+    `colocate: false` and a mode other than `sync`)."""
 
 
 class KLControlConfig(Strict):
@@ -315,9 +329,33 @@ class PPOConfig(Strict):
                                   "or use strategy ddp")))
         for role in ("actor", "critic", "ref"):
             _sp_needs_packing(self, problems, (role,))
+        _async_rollout(self, problems)
         if self.rollout.tensor_model_parallel_size > 1 and self.rollout.name != "vllm":
             problems.append((("rollout", "tensor_model_parallel_size"), self.rollout.tensor_model_parallel_size,
                              "rollout.tensor_model_parallel_size > 1 needs rollout.name vllm"))
         if problems:
             raise errors_at("PPOConfig", *problems)
         return self
+
+
+def _async_rollout(cfg: PPOConfig, problems: list) -> None:
+    """What a pipelined rollout (`rollout.mode` other than `sync`, or `rollout.colocate: false`:
+    batches generated ahead of their step) cannot serve."""
+    r = cfg.rollout
+    if r.mode == "async" and r.colocate:
+        problems.append((("rollout", "mode"), r.mode, ("rollout.mode async needs rollout.colocate false "
+                                                       "(generation on its own workers, resources.rollout_workers)")))
+    if r.partial == "continue" and (r.colocate or r.mode == "sync"):
+        problems.append((("rollout", "partial"), r.partial, ("rollout.partial continue needs rollout.colocate "
+                                                             "false and rollout.mode one_step_off or async")))
+    if r.mode == "sync" and r.colocate:
+        return
+    where = ("rollout", "mode") if r.mode != "sync" else ("rollout", "colocate")
+    value = r.mode if r.mode != "sync" else r.colocate
+    why = "a pipelined rollout generates each batch ahead of its step, so it does not support "
+    if cfg.algorithm.filter_groups.enable:
+        problems.append((where, value, why + "algorithm.filter_groups (more batches generated in step)"))
+    if cfg.guardrails.reward_filter.replay_buffer_size:
+        problems.append((where, value, why + "guardrails.reward_filter.replay_buffer_size (replayed rows re-scored)"))
+    if cfg.algorithm.adv_estimator == "remax":
+        problems.append((where, value, why + "adv_estimator remax (its greedy baseline is sampled in step)"))

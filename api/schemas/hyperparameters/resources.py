@@ -29,6 +29,9 @@ class Resources(Strict):
     executor: Literal["local", "ray"] = "ray"
     """`ray`: workers are Ray actors (the controller, PPO's roles, data-parallel replicas). `local`:
     the job runs in the worker's own process on its one device, without Ray (one worker only)."""
+    rollout_workers: Annotated[int, Field(ge=0, le=1024)] = 0
+    """PPO with `rollout.colocate: false`: workers that only generate, each a bundle of its own
+    (`cpus_per_worker`, `gpus_per_worker`) besides the `num_workers` trainer workers."""
 
     @model_validator(mode="after")
     def _local_is_one_worker(self):

@@ -175,7 +175,9 @@ from .rm_distill_config_loss import RMDistillConfigLoss
 from .rm_distill_method import RMDistillMethod
 from .role_memory import RoleMemory
 from .rollout_config import RolloutConfig
+from .rollout_config_mode import RolloutConfigMode
 from .rollout_config_name import RolloutConfigName
+from .rollout_config_partial import RolloutConfigPartial
 from .rollout_correction_config import RolloutCorrectionConfig
 from .rollout_correction_config_rollout_is_type_0 import RolloutCorrectionConfigRolloutIsType0
 from .rollout_correction_config_rollout_rs_type_0 import RolloutCorrectionConfigRolloutRsType0
@@ -405,7 +407,9 @@ __all__ = (
     "RMDistillMethod",
     "RoleMemory",
     "RolloutConfig",
+    "RolloutConfigMode",
     "RolloutConfigName",
+    "RolloutConfigPartial",
     "RolloutCorrectionConfig",
     "RolloutCorrectionConfigRolloutIsType0",
     "RolloutCorrectionConfigRolloutRsType0",

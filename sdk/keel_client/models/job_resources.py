@@ -30,6 +30,9 @@ class JobResources:
             `spread` (as many as
             possible), `strict_spread` (one node per bundle, or wait). Ray's PACK / SPREAD / STRICT_SPREAD. Default:
             JobResourcesPlacement.PACK.
+        rollout_workers (int | Unset): PPO with `rollout.colocate: false`: workers that only generate, each a bundle of
+            its own
+            (`cpus_per_worker`, `gpus_per_worker`) besides the `num_workers` trainer workers. Default: 0.
     """
 
     colocate: bool | Unset = True
@@ -38,6 +41,7 @@ class JobResources:
     gpus_per_worker: float | Unset = 0.0
     num_workers: int | Unset = 1
     placement: JobResourcesPlacement | Unset = JobResourcesPlacement.PACK
+    rollout_workers: int | Unset = 0
 
     def to_dict(self) -> dict[str, Any]:
         colocate = self.colocate
@@ -56,6 +60,8 @@ class JobResources:
         if not isinstance(self.placement, Unset):
             placement = self.placement.value
 
+        rollout_workers = self.rollout_workers
+
         field_dict: dict[str, Any] = {}
 
         field_dict.update({})
@@ -71,6 +77,8 @@ class JobResources:
             field_dict["num_workers"] = num_workers
         if placement is not UNSET:
             field_dict["placement"] = placement
+        if rollout_workers is not UNSET:
+            field_dict["rollout_workers"] = rollout_workers
 
         return field_dict
 
@@ -99,6 +107,8 @@ class JobResources:
         else:
             placement = JobResourcesPlacement(_placement)
 
+        rollout_workers = d.pop("rollout_workers", UNSET)
+
         job_resources = cls(
             colocate=colocate,
             cpus_per_worker=cpus_per_worker,
@@ -106,6 +116,7 @@ class JobResources:
             gpus_per_worker=gpus_per_worker,
             num_workers=num_workers,
             placement=placement,
+            rollout_workers=rollout_workers,
         )
 
         return job_resources

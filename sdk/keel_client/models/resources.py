@@ -36,6 +36,9 @@ class Resources:
             `spread` (as many as
             possible), `strict_spread` (one node per bundle, or wait). Ray's PACK / SPREAD / STRICT_SPREAD. Default:
             ResourcesPlacement.PACK.
+        rollout_workers (int | Unset): PPO with `rollout.colocate: false`: workers that only generate, each a bundle of
+            its own
+            (`cpus_per_worker`, `gpus_per_worker`) besides the `num_workers` trainer workers. Default: 0.
     """
 
     colocate: bool | Unset = True
@@ -44,6 +47,7 @@ class Resources:
     gpus_per_worker: float | Unset = 0.0
     num_workers: int | Unset = 1
     placement: ResourcesPlacement | Unset = ResourcesPlacement.PACK
+    rollout_workers: int | Unset = 0
 
     def to_dict(self) -> dict[str, Any]:
         colocate = self.colocate
@@ -68,6 +72,8 @@ class Resources:
         if not isinstance(self.placement, Unset):
             placement = self.placement.value
 
+        rollout_workers = self.rollout_workers
+
         field_dict: dict[str, Any] = {}
 
         field_dict.update({})
@@ -83,6 +89,8 @@ class Resources:
             field_dict["num_workers"] = num_workers
         if placement is not UNSET:
             field_dict["placement"] = placement
+        if rollout_workers is not UNSET:
+            field_dict["rollout_workers"] = rollout_workers
 
         return field_dict
 
@@ -124,6 +132,8 @@ class Resources:
         else:
             placement = ResourcesPlacement(_placement)
 
+        rollout_workers = d.pop("rollout_workers", UNSET)
+
         resources = cls(
             colocate=colocate,
             cpus_per_worker=cpus_per_worker,
@@ -131,6 +141,7 @@ class Resources:
             gpus_per_worker=gpus_per_worker,
             num_workers=num_workers,
             placement=placement,
+            rollout_workers=rollout_workers,
         )
 
         return resources

@@ -5,7 +5,9 @@ from typing import Any, TypeVar
 
 from attrs import define as _attrs_define
 
+from ..models.rollout_config_mode import RolloutConfigMode
 from ..models.rollout_config_name import RolloutConfigName
+from ..models.rollout_config_partial import RolloutConfigPartial
 from ..types import UNSET, Unset
 
 T = TypeVar("T", bound="RolloutConfig")
@@ -16,6 +18,9 @@ class RolloutConfig:
     """Sampling (VERL: `actor_rollout_ref.rollout`).
 
     Attributes:
+        colocate (bool | Unset): False: generation runs on its own workers (`resources.rollout_workers`, at least 1),
+            fed
+            the trainer's weights by version. Default: True.
         do_sample (bool | Unset):  Default: True.
         enforce_eager (bool | Unset): vllm: run without CUDA graphs (graphs capture once at start-up and speed decoding
             up). Default: False.
@@ -24,9 +29,20 @@ class RolloutConfig:
             so training gets the GPU memory back; woken before the next weight sync or generation. Default: True.
         gpu_memory_utilization (float | Unset): vllm: share of the GPU's memory the engine may take for weights and KV
             cache. Default: 0.5.
+        max_staleness (int | Unset): async: a sample comes from a policy at most this many versions behind the one it
+            trains. Default: 1.
+        mode (RolloutConfigMode | Unset): `sync`: generate, then train on it. `one_step_off`: batch k+1 is generated
+            while the trainer
+            updates on batch k (samples one policy version behind). `async`: generation runs up to
+            `max_staleness` batches ahead; needs `colocate: false`. Not with `algorithm.filter_groups`, a
+            replay buffer or `remax`. Default: RolloutConfigMode.SYNC.
         n (int | Unset): Samples per prompt; at least 2 with a group estimator (`grpo`, `rloo`,
             `reinforce_plus_plus_baseline`). Default: 5.
         name (RolloutConfigName | Unset):  Default: RolloutConfigName.HF.
+        partial (RolloutConfigPartial | Unset): A batch whose generation is in flight at a weight update: `finish` on
+            the version it started
+            with (counted stale), or `continue` its remaining prompt groups on the new version (needs
+            `colocate: false` and a mode other than `sync`). Default: RolloutConfigPartial.FINISH.
         temperature (float | Unset):  Default: 1.0.
         tensor_model_parallel_size (int | Unset): vllm: GPUs one engine splits the model over (tensor parallelism); must
             divide
@@ -36,12 +52,16 @@ class RolloutConfig:
         val_temperature (float | Unset): Validation decoding temperature (0 = greedy). Default: 0.0.
     """
 
+    colocate: bool | Unset = True
     do_sample: bool | Unset = True
     enforce_eager: bool | Unset = False
     free_cache_engine: bool | Unset = True
     gpu_memory_utilization: float | Unset = 0.5
+    max_staleness: int | Unset = 1
+    mode: RolloutConfigMode | Unset = RolloutConfigMode.SYNC
     n: int | Unset = 5
     name: RolloutConfigName | Unset = RolloutConfigName.HF
+    partial: RolloutConfigPartial | Unset = RolloutConfigPartial.FINISH
     temperature: float | Unset = 1.0
     tensor_model_parallel_size: int | Unset = 1
     top_k: int | Unset = -1
@@ -49,6 +69,8 @@ class RolloutConfig:
     val_temperature: float | Unset = 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        colocate = self.colocate
+
         do_sample = self.do_sample
 
         enforce_eager = self.enforce_eager
@@ -57,11 +79,21 @@ class RolloutConfig:
 
         gpu_memory_utilization = self.gpu_memory_utilization
 
+        max_staleness = self.max_staleness
+
+        mode: str | Unset = UNSET
+        if not isinstance(self.mode, Unset):
+            mode = self.mode.value
+
         n = self.n
 
         name: str | Unset = UNSET
         if not isinstance(self.name, Unset):
             name = self.name.value
+
+        partial: str | Unset = UNSET
+        if not isinstance(self.partial, Unset):
+            partial = self.partial.value
 
         temperature = self.temperature
 
@@ -76,6 +108,8 @@ class RolloutConfig:
         field_dict: dict[str, Any] = {}
 
         field_dict.update({})
+        if colocate is not UNSET:
+            field_dict["colocate"] = colocate
         if do_sample is not UNSET:
             field_dict["do_sample"] = do_sample
         if enforce_eager is not UNSET:
@@ -84,10 +118,16 @@ class RolloutConfig:
             field_dict["free_cache_engine"] = free_cache_engine
         if gpu_memory_utilization is not UNSET:
             field_dict["gpu_memory_utilization"] = gpu_memory_utilization
+        if max_staleness is not UNSET:
+            field_dict["max_staleness"] = max_staleness
+        if mode is not UNSET:
+            field_dict["mode"] = mode
         if n is not UNSET:
             field_dict["n"] = n
         if name is not UNSET:
             field_dict["name"] = name
+        if partial is not UNSET:
+            field_dict["partial"] = partial
         if temperature is not UNSET:
             field_dict["temperature"] = temperature
         if tensor_model_parallel_size is not UNSET:
@@ -104,6 +144,8 @@ class RolloutConfig:
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         d = dict(src_dict)
+        colocate = d.pop("colocate", UNSET)
+
         do_sample = d.pop("do_sample", UNSET)
 
         enforce_eager = d.pop("enforce_eager", UNSET)
@@ -111,6 +153,15 @@ class RolloutConfig:
         free_cache_engine = d.pop("free_cache_engine", UNSET)
 
         gpu_memory_utilization = d.pop("gpu_memory_utilization", UNSET)
+
+        max_staleness = d.pop("max_staleness", UNSET)
+
+        _mode = d.pop("mode", UNSET)
+        mode: RolloutConfigMode | Unset
+        if isinstance(_mode, Unset):
+            mode = UNSET
+        else:
+            mode = RolloutConfigMode(_mode)
 
         n = d.pop("n", UNSET)
 
@@ -120,6 +171,13 @@ class RolloutConfig:
             name = UNSET
         else:
             name = RolloutConfigName(_name)
+
+        _partial = d.pop("partial", UNSET)
+        partial: RolloutConfigPartial | Unset
+        if isinstance(_partial, Unset):
+            partial = UNSET
+        else:
+            partial = RolloutConfigPartial(_partial)
 
         temperature = d.pop("temperature", UNSET)
 
@@ -132,12 +190,16 @@ class RolloutConfig:
         val_temperature = d.pop("val_temperature", UNSET)
 
         rollout_config = cls(
+            colocate=colocate,
             do_sample=do_sample,
             enforce_eager=enforce_eager,
             free_cache_engine=free_cache_engine,
             gpu_memory_utilization=gpu_memory_utilization,
+            max_staleness=max_staleness,
+            mode=mode,
             n=n,
             name=name,
+            partial=partial,
             temperature=temperature,
             tensor_model_parallel_size=tensor_model_parallel_size,
             top_k=top_k,
