@@ -339,5 +339,8 @@ def _sample_future(db: Session, project_id: str, request_id: str) -> futures.Out
     if op is None or op.project_id != project_id or op.kind != "sample":
         return None
     if op.status != "succeeded":  # waiting (its queue_state) or failed: as any trainer operation answers
-        return futures.resolve(project_id, op.id)
+        outcome = futures.resolve(project_id, op.id)
+        if not isinstance(outcome, dict):  # a dict: it succeeded since `op` was read; answered as protobuf
+            return outcome
+        db.refresh(op)
     return encode_sample(op.result or {})
