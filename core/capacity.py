@@ -11,7 +11,9 @@ and the sweeper) use; no torch, no ray. It mirrors how the engine reserves resou
   every role;
 - PPO not colocated: one placement group per role (`engine.methods.ppo.PPOTrainer._start_roles`): actor,
   critic (GAE only), reference (not with LoRA: the actor serves it), reward (`num_workers` bundles
-  for a reward model, one CPU-only bundle for a rule function).
+  for a reward model, one CPU-only bundle for a rule function);
+- PPO's rollout workers (`rollout.colocate: false`): a placement group of `resources.rollout_workers`
+  bundles of their own, beside either layout.
 
 Each bundle is `{CPU: cpus_per_worker, GPU: gpus_per_worker}`; `resources.placement` is the Ray
 strategy of every group. `resources.executor: local` reserves nothing on Ray (the job runs in the
@@ -106,8 +108,11 @@ def job_demand(spec: Mapping[str, Any]) -> Demand:
         if workers == 1:
             return Demand((Group("controller", 1, cpus, gpus, "PACK"),))
         return Demand((Group("trainer", workers, cpus, gpus, strategy),))
+    generators = int(res.get("rollout_workers", 0) or 0) if kind == "ppo" else 0
+    # PPO's rollout workers (`rollout.colocate: false`): a placement group of their own, beside the rest.
+    rollout = (Group("rollout", generators, cpus, gpus, strategy),) if generators else ()
     if res.get("colocate", True) or kind == "eval":  # eval's roles are always colocated
-        return Demand((Group("colocated", workers, cpus, gpus, strategy),))
+        return Demand((Group("colocated", workers, cpus, gpus, strategy), *rollout))
     model = hp.get("model") or {}
     groups = [Group("actor", workers, cpus, gpus, strategy)]
     if (hp.get("algorithm") or {}).get("adv_estimator", "gae") == "gae":
@@ -118,7 +123,7 @@ def job_demand(spec: Mapping[str, Any]) -> Demand:
         groups.append(Group("reward", workers, cpus, gpus, strategy))
     else:
         groups.append(Group("reward", 1, cpus, 0.0, strategy))
-    return Demand(tuple(groups))
+    return Demand((*groups, *rollout))
 
 
 def place(demand: Demand, free: Sequence[tuple[float, float]]) -> list[tuple[float, float]] | None:

@@ -104,6 +104,9 @@ def plan_job(method: str, hp: Mapping[str, Any], resources: Mapping[str, Any],
         raise PlanError("the model's config.json cannot be read here (a hub id or no config.json)")
     if method == "ppo":
         roles, hints = _ppo_roles(hp, workers, arch, models.get("reward"))
+        rollout_workers = int(resources.get("rollout_workers", 0) or 0)
+        if rollout_workers and not _get(hp, "rollout.colocate", True):
+            roles["rollout"] = _rollout_worker(hp, rollout_workers, arch)
     elif method == "eval":
         roles, hints = _eval_roles(hp, workers, arch, models.get("compare"), models.get("reward"))
     else:
@@ -111,7 +114,11 @@ def plan_job(method: str, hp: Mapping[str, Any], resources: Mapping[str, Any],
     # Colocated PPO roles share a process: persistent state adds up, activations take the largest (the
     # roles run one after another). Otherwise each role (or phase: a teacher, then the student) alone.
     colocated = (method == "ppo" and colocate) or method == "eval"  # eval's roles are always colocated
+    generator = roles.pop("rollout", None)  # rollout workers: processes of their own, always
     groups = [list(roles)] if colocated else [[name] for name in roles]
+    if generator is not None:
+        roles["rollout"] = generator
+        groups.append(["rollout"])
     per_worker = max((_combine([roles[n] for n in group]) for group in groups), key=lambda m: m.total + m.host)
     device = "gpu" if gpus > 0 else "cpu"
     if device == "cpu":
@@ -120,6 +127,7 @@ def plan_job(method: str, hp: Mapping[str, Any], resources: Mapping[str, Any],
     fits, param, detail = _fit(per_worker, device, gpus, runtime, capacity, hints, roles)
     return {
         "object": "memory_plan", "method": method, "device": device, "num_workers": workers,
+        "rollout_workers": int(resources.get("rollout_workers", 0) or 0) if "rollout" in roles else 0,
         "colocated": colocated,
         "per_worker": {**per_worker.public(), "allocator_bytes": round(per_worker.allocator), "runtime_bytes": runtime,
                        "required_bytes": round(per_worker.total + (0 if device == "gpu" else per_worker.host)
@@ -232,6 +240,16 @@ def _ppo_roles(hp: Mapping[str, Any], workers: int, arch: Architecture,
         roles["reward"] = rm
     return roles, {"activations": _param("actor.", "ppo_max_token_len_per_gpu" if a_dynamic
                                          else "ppo_micro_batch_size_per_gpu")}
+
+
+def _rollout_worker(hp: Mapping[str, Any], rollout_workers: int, arch: Architecture) -> Memory:
+    """A rollout worker (`rollout.colocate: false`): the policy as the actor holds it (float32
+    masters, no gradients or optimizer) and its share of a batch's generation."""
+    prompt, response = int(_get(hp, "data.max_prompt_length", 1024)), int(_get(hp, "data.max_response_length", 2048))
+    rows = math.ceil(int(_get(hp, "data.train_batch_size", 64)) * int(_get(hp, "rollout.n", 5)) / rollout_workers)
+    mem = frozen_weights(arch, "float32", "lm")
+    mem.activations = generation_activations(arch, knobs(hp, "actor", 0).dtype, rows, prompt, response)
+    return mem
 
 
 def _eval_roles(hp: Mapping[str, Any], workers: int, arch: Architecture, compare: Architecture | None,
