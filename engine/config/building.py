@@ -95,7 +95,7 @@ def _coerce(value: Any, hint: Any, path: str) -> Any:
 
 
 _POSITIVE = {"n", "horizon", "total_epochs", "total_training_steps", "ppo_epochs", "lora_alpha",
-             "ulysses_sequence_parallel_size", "tensor_model_parallel_size"}
+             "ulysses_sequence_parallel_size", "tensor_model_parallel_size", "max_staleness"}
 _POSITIVE_PARTS = ("batch_size", "max_", "token_len")
 _NON_NEGATIVE = {"critic_warmup", "lora_rank", "max_rollbacks", "replay_buffer_size"}
 
@@ -171,6 +171,29 @@ def _check(config: Any, prefix: str) -> None:
         fail("micro_batch_size_per_gpu", "micro_batch_size_per_gpu must not exceed data.train_batch_size")
     _check_strategy(config, prefix)
     _check_sequence_parallel(config, prefix)
+    if isinstance(config, PPOConfig):
+        _check_pipelined(config, prefix)
+
+
+def _check_pipelined(config: PPOConfig, prefix: str) -> None:
+    """A pipelined rollout (`rollout.mode` other than `sync`, or `rollout.colocate: false`) generates
+    each batch ahead of its step: what needs batches made in step cannot come with it."""
+    r = config.rollout
+    if r.mode == "async" and r.colocate:
+        raise ConfigError("rollout.mode async needs rollout.colocate false", param=prefix + "rollout.mode")
+    if r.partial == "continue" and (r.colocate or r.mode == "sync"):
+        raise ConfigError("rollout.partial continue needs rollout.colocate false and rollout.mode one_step_off "
+                          "or async", param=prefix + "rollout.partial")
+    if r.mode == "sync" and r.colocate:
+        return
+    where = prefix + ("rollout.mode" if r.mode != "sync" else "rollout.colocate")
+    a = config.algorithm
+    for name, on in (("algorithm.filter_groups", a.filter_groups.enable),
+                     ("guardrails.reward_filter.replay_buffer_size", config.guardrails.reward_filter.replay_buffer_size),
+                     ("adv_estimator remax", a.adv_estimator == "remax")):
+        if on:
+            raise ConfigError(f"a pipelined rollout generates each batch ahead of its step, so it does not "
+                              f"support {name}", param=where)
 
 
 def _check_sequence_parallel(config: Any, prefix: str) -> None:

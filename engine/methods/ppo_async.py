@@ -320,21 +320,12 @@ class RolloutPipeline:
 
 
 def check(cfg: PPOConfig, rollout_workers: int, *, num_workers: int) -> None:
-    """What the engine refuses before starting anything (the API refuses it at create time)."""
+    """What the job's resources must give a pipelined rollout (the API refuses the same at create
+    time; the config's own rules are `engine.config.building`'s)."""
     r = cfg.rollout
     if not r.colocate and rollout_workers < 1:
         raise ConfigError("rollout.colocate false generates on workers of its own: set resources.rollout_workers "
                           "to at least 1", param="resources.rollout_workers")
-    if r.mode == "async" and r.colocate:
-        raise ConfigError("rollout.mode async needs rollout.colocate false", param="rollout.mode")
-    if r.mode != "sync" or not r.colocate:
-        a = cfg.algorithm
-        for param, on in (("algorithm.filter_groups.enable", a.filter_groups.enable),
-                          ("guardrails.reward_filter.replay_buffer_size", cfg.guardrails.reward_filter.replay_buffer_size),
-                          ("algorithm.adv_estimator", a.adv_estimator == "remax")):
-            if on:
-                raise ConfigError(f"a pipelined rollout (rollout.mode {r.mode}, rollout.colocate {r.colocate}) "
-                                  f"generates batches ahead of their step: {param} needs them in step", param=param)
     if not r.colocate and num_workers > 1 and cfg.actor.strategy == "fsdp2":
         raise ConfigError("separate rollout workers read the full weights: actor.strategy fsdp2 with several "
                           "workers needs rollout.colocate true", param="rollout.colocate")

@@ -138,6 +138,11 @@ def _check_rollout_workers(body: JobCreate) -> None:
         param = "resources.rollout_workers"
         raise ApiError(422, "invalid_request", f"{param}: rollout.colocate false generates on workers of its "
                        "own; set resources.rollout_workers to at least 1.", param=param)
+    hp = body.method.hyperparameters
+    if not rollout.colocate and body.resources.num_workers > 1 and hp.actor.strategy == "fsdp2":
+        param = "method.hyperparameters.rollout.colocate"
+        raise ApiError(422, "invalid_request", f"{param}: separate rollout workers read the full weights; "
+                       "actor.strategy fsdp2 over several workers needs rollout.colocate true.", param=param)
     if rollout.colocate and workers:
         param = "resources.rollout_workers"
         raise ApiError(422, "invalid_request", f"{param}: {workers} rollout workers need "
