@@ -124,7 +124,7 @@ def test_tinker_path_is_a_model_reference(run, tinker_url, tinker_key):
     assert missing.status_code == 404 and missing.json()["param"] == "model"
 
 
-def test_another_projects_paths_are_refused(run, tinker_url, other_project_key, base_model):
+def test_another_projects_paths_are_refused(run, tinker_url, other_project_key, base_model, tinker_assets):
     from core.security import tinker_api_key
 
     key = tinker_api_key(other_project_key[1])
@@ -132,6 +132,13 @@ def test_another_projects_paths_are_refused(run, tinker_url, other_project_key, 
     native = _native(tinker_url, key, "POST", "/v1/trainers", json={"model": run["state"]})
     assert native.status_code == 404 and native.json()["param"] == "model"
     assert run["state"] in native.json()["detail"]
+    with open(tinker_assets["sft_train"], "rb") as f:
+        upload = _native(tinker_url, key, "POST", "/v1/files", data={"purpose": "sft"},
+                         files={"file": ("sft.parquet", f)})
+    assert upload.status_code in (200, 201), upload.text
+    job = _native(tinker_url, key, "POST", "/v1/jobs", json={
+        "model": run["state"], "training_file": upload.json()["id"], "method": {"type": "sft"}})
+    assert job.status_code == 404 and job.json()["param"] == "model", job.text
 
     with tinker.ServiceClient(base_url=tinker_url, api_key=key) as service:
         rest = tinker.RestClient(base_url=tinker_url, api_key=key)

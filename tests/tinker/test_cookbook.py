@@ -72,7 +72,7 @@ def test_math_rl_recipe(tinker_url, tinker_key, base_model, tmp_path):
     rows = _recipe("tinker_cookbook.recipes.math_rl.train", {
         "env": "arithmetic", "model_name": base_model, "renderer_name": "role_colon",
         "loss_fn": "importance_sampling", "base_url": tinker_url, "groups_per_batch": 4, "group_size": 4,
-        "max_steps": 2, "max_tokens": 4, "lora_rank": 8,
+        "max_steps": 2, "max_tokens": 4, "lora_rank": 8, "eval_every": 0,
     }, tinker_key, tmp_path / "math_rl", timeout=300)
     steps = sorted({r["step"] for r in rows if "env/all/reward/total" in r})
     assert steps == [0, 1], rows
