@@ -231,9 +231,9 @@ async def _relay(upstream: httpx.Response, call: metrics.Call, caller: CurrentCa
         log.warning("serve stream broke: %s", exc.__class__.__name__)
         yield _event({"error": _MID_STREAM_ERROR})
     finally:
-        await upstream.aclose()
-        call.finish(outcome, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
         with anyio.CancelScope(shield=True):  # a client gone mid-stream still used its tokens
+            await upstream.aclose()
+            call.finish(outcome, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
             await _after(caller, body, usage, extras or None)
 
 
