@@ -115,12 +115,22 @@ class LoraHost:
         self.sessions: dict[str, TrainingSession] = {}
         self.turns = Turns()
         self.closing = False
+        self._loading = threading.Lock()
+
+    def _threads(self) -> None:
+        # Ray runs each call on a thread of its pool: the count is set where the work runs.
+        if self.num_threads and torch.get_num_threads() != self.num_threads:
+            torch.set_num_threads(self.num_threads)
 
     def start(self) -> dict[str, Any]:
         """Load the base model once (frozen, in the compute dtype, as under a LoRA trainer of its own)."""
+        with self._loading:  # a first operation may come while the host's own start still loads
+            self._load_base()
+        return {"name": self.name, "sessions": len(self.sessions)}
+
+    def _load_base(self) -> None:
         if self.base is None:
-            if self.num_threads:
-                torch.set_num_threads(self.num_threads)
+            self._threads()
             spec = self.spec
             device = (torch.device("cuda", 0) if spec.num_gpus > 0 and torch.cuda.is_available()
                       else torch.device("cpu"))
@@ -134,7 +144,6 @@ class LoraHost:
                     path = models.resolve_model_path(path, roots)
             self.base = models.load_policy(path, ModelConfig(dtype=spec.dtype), trainable=False,
                                            allowed_roots=roots).to(device)
-        return {"name": self.name, "sessions": len(self.sessions)}
 
     def has(self, session_id: str) -> bool:
         return session_id in self.sessions
@@ -145,6 +154,7 @@ class LoraHost:
         with self.turns.turn(spec.session_id):
             if self.closing:
                 raise EngineError("this LoRA host is closing; start another", code="host_closing")
+            self._threads()
             session = self.sessions.get(spec.session_id)
             if session is None:
                 session = self._join(spec, restore_from)
