@@ -131,11 +131,9 @@ def save_weights_for_sampler(body: SaveWeightsForSampler, caller: TinkerCaller, 
     name = f"{SAMPLER_SAVE_PREFIX}{seq}"
     # the sampling session is committed with the save, so the save's answer always finds it
     row = sampling.existing_sampler(db, model.session_id, seq)
-    if row is None:
-        helper = sampling.sampler_trainer(db, model.session_id, caller.project.id, trainer.model, trainer.dtype,
-                                          caller.key_id)
+    if row is None:  # sampled by the trainer that saves it, as a named sampler save is
         row = sampling.add_sampler(db, session_id=model.session_id, seq_id=seq, project_id=caller.project.id,
-                                   trainer=helper, base_model=model.base_model, model_path=None, model_id=None)
+                                   trainer=trainer, base_model=model.base_model, model_path=None, model_id=None)
     answer = submit(db, model, body.seq_id, "save_weights_for_sampler", "save_weights_for_sampler", {"name": name},
                     _name_error(db, trainer, "save_weights_for_sampler", name, False))
     row = db.get(TinkerSampler, row.id)

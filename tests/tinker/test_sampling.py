@@ -1,8 +1,8 @@
 """Sampling through the official `tinker` client against a live Keel: weights saved for the sampler,
 then sampled with string and token-id stops, seeds that reproduce, sampled-token and prompt log-probs
-equal to a forward's; a base model's sampler, and `asample` over plain HTTP (dedupe on seq_id, bad
-fields named, the protobuf future); `save_weights_and_get_sampling_client`; paths that name nothing
-of the project."""
+equal to a forward's, `save_weights_and_get_sampling_client`; a base model's sampler, which also
+samples weights whose trainer has ended, and `asample` over plain HTTP (dedupe on seq_id, bad fields
+named, the protobuf future); paths that name nothing of the project."""
 
 from __future__ import annotations
 
@@ -29,6 +29,11 @@ def _forward_logprobs(tc, tokens: list[int]) -> list[float]:
     datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
                         loss_fn_inputs={"target_tokens": tokens[1:], "weights": [0.0] * (len(tokens) - 1)})
     return tc.forward([datum], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
+
+
+def _trainers(url: str, key: str) -> list[dict]:
+    headers = {"Authorization": f"Bearer {key.removeprefix('tml-')}"}
+    return httpx.get(f"{url}/v1/trainers", params={"limit": 100}, headers=headers, timeout=30).json()["data"]
 
 
 def _trainer_operations(url: str, key: str, trainer_id: str) -> list[dict]:
@@ -87,15 +92,22 @@ def test_sampler_weights_sample_with_stops_seeds_and_logprobs(service, base_mode
     ended = by_id.sequences[first.sequences.index(long)]
     assert ended.stop_reason == "stop" and ended.tokens[-1] == token and len(ended.tokens) <= 3
 
+    # Without a name the save answers a sampling session on the weights it saved.
+    quick = tc.save_weights_and_get_sampling_client().result()
+    out = quick.sample(prompt, 1, types.SamplingParams(max_tokens=4, seed=1)).result().sequences[0]
+    assert 0 < len(out.tokens) <= 4
+    assert out.logprobs == pytest.approx(_forward_logprobs(tc, prompt_ids + out.tokens)[-len(out.tokens):], abs=1e-4)
+
     # One system: the samples ran as `sample` operations of the training client's trainer.
-    trainers = httpx.get(f"{tinker_url}/v1/trainers", params={"limit": 100}, timeout=30,
-                         headers={"Authorization": f"Bearer {tinker_key.removeprefix('tml-')}"}).json()["data"]
-    [trainer] = [t for t in trainers if t["metadata"].get("tinker_model_id") == tc.model_id]
+    [trainer] = [t for t in _trainers(tinker_url, tinker_key) if t["metadata"].get("tinker_model_id") == tc.model_id]
     kinds = [op["kind"] for op in _trainer_operations(tinker_url, tinker_key, trainer["id"])]
-    assert kinds.count("sample") == 4 and "save_weights_for_sampler" in kinds
+    assert kinds.count("sample") == 5 and kinds.count("save_weights_for_sampler") == 2
 
 
 def test_a_base_model_sampler(service, base_model, tinker_url, tinker_key):
+    with tinker.ServiceClient(base_url=tinker_url, api_key=tinker_key) as earlier:  # finished: its trainer goes
+        gone = earlier.create_lora_training_client(base_model=base_model, rank=4, seed=5).result()
+        gone_path = gone.save_weights_for_sampler("kept").result().path
     sampler = service.create_sampling_client(base_model=base_model).result()
     assert sampler.get_tokenizer() is not None  # the base model's directory, loaded by the client
     tokens = sampler.get_tokenizer().encode("birds sing")
@@ -104,6 +116,16 @@ def test_a_base_model_sampler(service, base_model, tinker_url, tinker_key):
     assert all(0 < len(s.tokens) <= 5 for s in out.sequences)
     logprobs = sampler.compute_logprobs(types.ModelInput.from_ints(tokens)).result()
     assert logprobs[0] is None and len(logprobs) == len(tokens) and all(x < 0 for x in logprobs[1:])
+
+    # Weights whose trainer ended are sampled by the session's sampler trainer: the same one as the base's.
+    kept = service.create_sampling_client(model_path=gone_path).result()
+    out = kept.sample(types.ModelInput.from_ints(tokens), 1, types.SamplingParams(max_tokens=3, seed=3)).result()
+    assert 0 < len(out.sequences[0].tokens) == len(out.sequences[0].logprobs) <= 3
+    session_id = service.holder.get_session_id()
+    samplers = [t for t in _trainers(tinker_url, tinker_key) if t["metadata"].get("tinker_session") == session_id]
+    assert [t["metadata"]["tinker_role"] for t in samplers] == ["sampler"] and samplers[0]["lora"] is None
+    kinds = [op["kind"] for op in _trainer_operations(tinker_url, tinker_key, samplers[0]["id"])]
+    assert kinds.count("sample") == 3  # two of the base model's, one of the kept weights
 
     # The protocol itself: the sampler's description, asample's dedupe and refusals, its future.
     sampler_id = sampler._sampling_session_id
@@ -136,17 +158,6 @@ def test_a_base_model_sampler(service, base_model, tinker_url, tinker_key):
         assert answer.json()["type"] == "try_again"
     result = response_conv.deserialize_sample_response(answer.content)
     assert len(result.sequences) == 2 and all(0 < len(s.tokens) <= 3 for s in result.sequences)
-
-
-def test_save_weights_and_get_sampling_client(service, base_model):
-    tc = service.create_lora_training_client(base_model=base_model, rank=4, seed=2).result()
-    sampler = tc.save_weights_and_get_sampling_client().result()
-    tokens = tc.get_tokenizer().encode("rain falls")
-    out = sampler.sample(types.ModelInput.from_ints(tokens), 1, types.SamplingParams(max_tokens=4, seed=1)).result()
-    assert 0 < len(out.sequences[0].tokens) <= 4
-    # the session the save made samples the saved weights: those the training client still has
-    forward = _forward_logprobs(tc, tokens + out.sequences[0].tokens)
-    assert out.sequences[0].logprobs == pytest.approx(forward[-len(out.sequences[0].tokens):], abs=1e-4)
 
 
 def test_paths_that_name_nothing_of_the_project_are_refused(service, tinker_url):
