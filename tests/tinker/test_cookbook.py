@@ -30,6 +30,11 @@ def _recipe(module: str, args: dict[str, object], key: str, log_path: Path, time
     """Run the recipe to its end; the rows of its `metrics.jsonl`."""
     env = {**os.environ, "TINKER_API_KEY": key, "TINKER_TELEMETRY": "0", "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
+    # The recipes fetch Thinking Machines' price list at start (a failure is only logged): a closed
+    # loopback proxy keeps that off the network, while Keel on 127.0.0.1 is reached directly.
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        env[name] = "http://127.0.0.1:9"
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
     env.pop("TINKER_BASE_URL", None)  # only the command line says where Keel is
     argv = [sys.executable, "-m", module, *(f"{k}={v}" for k, v in args.items()),
             f"log_path={log_path}", "behavior_if_log_dir_exists=delete"]
