@@ -267,10 +267,11 @@ def encode_forward_backward_output(outputs: list[dict[str, list[float]]], metric
 
 def encode_sample_response(sequences: list[dict[str, Any]], prompt_logprobs: list[float | None] | None = None) -> bytes:
     """`sequences`: `{tokens, logprobs, stop_reason ("stop" | "length")}` each; `prompt_logprobs`: one per
-    prompt token when asked for (None, as the first token's is, travels as NaN)."""
+    prompt token when asked for. None (the first prompt token's, or a non-finite value the database
+    stored as null) travels as NaN."""
     msg = SampleResponseMessage()
     for seq in sequences:
-        tokens, logprobs = list(seq["tokens"]), list(seq["logprobs"])
+        tokens, logprobs = list(seq["tokens"]), [math.nan if x is None else x for x in seq["logprobs"]]
         if len(tokens) != len(logprobs):
             raise ValueError(f"{len(tokens)} tokens but {len(logprobs)} logprobs")
         msg.sequences.add(stop_reason=STOP_REASONS[seq["stop_reason"]], tokens=_pack(tokens, "i"),

@@ -131,5 +131,6 @@ def test_sample_response_decodes_in_the_client():
     assert out.prompt_logprobs == [None, -3.5, -0.25]
 
     without = response_conv.deserialize_sample_response(proto.encode_sample_response(
-        [{"tokens": [1], "logprobs": [-1.0], "stop_reason": "length"}]))
+        [{"tokens": [1, 2], "logprobs": [-1.0, None], "stop_reason": "length"}]))
     assert without.prompt_logprobs is None
+    assert without.sequences[0].logprobs[0] == -1.0 and math.isnan(without.sequences[0].logprobs[1])
