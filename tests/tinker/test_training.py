@@ -182,3 +182,15 @@ def test_a_new_key_comes_in_both_forms_and_is_revoked_in_both(tinker_url):
     refused = httpx.post(f"{tinker_url}/api/v1/session_heartbeat", json={"session_id": session.json()["session_id"]},
                          headers=tml, timeout=30)
     assert refused.status_code == 401
+
+
+def test_create_model_is_idempotent_and_names_a_bad_base_model(tinker_url, tinker_key, base_model):
+    session = _post(tinker_url, tinker_key, "create_session", {"tags": [], "sdk_version": "0.38.0"})["session_id"]
+    body = {"session_id": session, "model_seq_id": 0, "base_model": base_model, "lora_config": {"rank": 4}}
+    first = _post(tinker_url, tinker_key, "create_model", body)
+    assert first["model_id"] == f"{session}:train:0"
+    assert _post(tinker_url, tinker_key, "create_model", body) == first  # a retried create: the same model
+    bad = httpx.post(f"{tinker_url}/api/v1/create_model", headers={"X-API-Key": tinker_key}, timeout=30,
+                     json={**body, "model_seq_id": 1, "base_model": base_model + "-missing"})
+    assert bad.status_code in (404, 422) and bad.json()["param"] == "base_model"
+    _post(tinker_url, tinker_key, f"sessions/{session}/finish", {"reason": {"type": "success"}})
