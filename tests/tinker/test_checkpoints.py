@@ -66,6 +66,7 @@ def test_saves_are_listed_as_the_runs_checkpoints(run, tinker_url, tinker_key):
     assert info.last_checkpoint.tinker_path == run["state"]
     assert info.last_sampler_checkpoint.tinker_path == run["sampler"]
     assert rest.get_training_run_by_tinker_path(run["export"]).result().training_run_id == run_id
+    rest.set_checkpoint_ttl_from_tinker_path(run["export"], 3600).result()  # accepted (Keel keeps it until deleted)
 
     runs = rest.list_training_runs(limit=100).result()
     assert run_id in [r.training_run_id for r in runs.training_runs]
@@ -118,6 +119,10 @@ def test_tinker_path_is_a_model_reference(run, tinker_url, tinker_key):
     assert state_model.status_code == 201, state_model.text
     trainer = state_model.json()
     assert trainer["model"].startswith("model-")
+    # A trainer made through /v1/trainers is a training run too, named by its id.
+    native_run = run["rest"].get_training_run(trainer["id"]).result()
+    assert (native_run.training_run_id, native_run.is_lora) == (trainer["id"], False)  # no lora: full
+    assert run["rest"].list_checkpoints(trainer["id"]).result().checkpoints == []
     _native(tinker_url, tinker_key, "DELETE", f"/v1/trainers/{trainer['id']}")
     missing = _native(tinker_url, tinker_key, "POST", "/v1/trainers",
                       json={"model": run["state"].replace("step-1", "never-saved")})
