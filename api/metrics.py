@@ -8,6 +8,8 @@
 - `keel_jobs{status}`, `keel_queue_depth{reason}`, `keel_queue_oldest_age_seconds`: read from the
   database at scrape time (one GROUP BY on the status index, one on the queued jobs), so every API
   process reports the same numbers; `keel_database_up` is 0 when those reads fail.
+- `keel_trainers{status}` (interactive trainers, Tinker training clients included) and
+  `keel_trainer_operations_queued`, read the same way.
 
 No tenant (project) names or job ids are ever labels. With `KEEL_METRICS_TOKEN` set, a scrape needs
 `Authorization: Bearer <token>`.
@@ -38,7 +40,8 @@ from api.errors import problem_response
 from core.clock import db_now
 from core.config import settings
 from core.db import session_factory
-from core.models import Job
+from core.models import Job, Trainer, TrainerOperation
+from core.trainers import STATUSES as TRAINER_STATUSES
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,9 @@ class JobsCollector(Collector):
         try:
             with session_factory()() as db:
                 by_status = dict(db.execute(select(Job.status, func.count()).group_by(Job.status)).all())
+                trainers = dict(db.execute(select(Trainer.status, func.count()).group_by(Trainer.status)).all())
+                waiting = db.scalar(select(func.count()).select_from(TrainerOperation)
+                                    .where(TrainerOperation.status == "queued"))
                 queued = db.execute(select(Job.queue_reason, func.count(), func.min(Job.created_at))
                                     .where(Job.status == "queued").group_by(Job.queue_reason)).all()
                 now = db_now(db) if queued else None
@@ -78,6 +84,14 @@ class JobsCollector(Collector):
         for status in sorted(set(JOB_STATUSES) | set(by_status)):
             jobs.add_metric([status], by_status.get(status, 0))
         yield jobs
+        # Interactive trainers, the Tinker room's training clients among them.
+        by_trainer = GaugeMetricFamily("keel_trainers", "Interactive trainers by status (all projects; a Tinker "
+                                       "training client is one).", labels=["status"])
+        for status in sorted(set(TRAINER_STATUSES) | set(trainers)):
+            by_trainer.add_metric([status], trainers.get(status, 0))
+        yield by_trainer
+        yield GaugeMetricFamily("keel_trainer_operations_queued", "Trainer operations waiting to run (all trainers).",
+                                value=waiting or 0)
         depth = GaugeMetricFamily("keel_queue_depth", "Queued jobs, by why they wait (`none`: waiting for a "
                                   "worker or the project's running limit).", labels=["reason"])
         oldest = GaugeMetricFamily("keel_queue_oldest_age_seconds", "Age of the oldest queued job (0 when none).")

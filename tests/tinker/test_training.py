@@ -67,6 +67,9 @@ def test_supervised_steps_learn_and_the_session_closes(tinker_url, tinker_key, b
         trainer = _trainer_of(tinker_url, tinker_key, tc.model_id)
         assert trainer["step"] == 20 and trainer["lora"]["rank"] == 16
         assert trainer["status"] in ("active", "idle")
+        metrics = httpx.get(f"{tinker_url}/metrics", timeout=30).text
+        assert 'route="/api/v1/forward_backward"' in metrics
+        assert _gauge(metrics, 'keel_trainers{status="active"}') + _gauge(metrics, 'keel_trainers{status="idle"}') >= 1
         session_id = tc.model_id.split(":")[0]
     # Leaving the `with` finished the session: its trainer is deleted (its actor released).
     trainer = _keel(tinker_url, tinker_key, f"/v1/trainers/{trainer['id']}")
@@ -74,6 +77,10 @@ def test_supervised_steps_learn_and_the_session_closes(tinker_url, tinker_key, b
     heartbeat = httpx.post(f"{tinker_url}/api/v1/session_heartbeat", json={"session_id": session_id},
                            headers={"X-API-Key": tinker_key}, timeout=30)
     assert heartbeat.status_code == 410  # the client's heartbeat loop stops on it
+
+
+def _gauge(text: str, name: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " "))
 
 
 def test_importance_sampling_steps(service, base_model):
