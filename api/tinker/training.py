@@ -244,11 +244,35 @@ async def forward_backward(request: Request, caller: TinkerCaller) -> dict[str, 
     if request.headers.get("content-encoding", "identity").lower() != "identity":
         raise ApiError(415, "unsupported_encoding", "Send the forward_backward body uncompressed (client/config "
                        "sets proto_compress_fwdbwd false).")
+    body = await request.body()
     try:
-        decoded = proto.decode_forward_backward(await request.body())
+        decoded = proto.decode_forward_backward(body)
     except proto.ProtoError as err:
-        raise ApiError(422, "invalid_request", err.message, param=err.param) from None
+        envelope = _envelope(body)
+        if envelope is None:  # not even its model and seq_id can be read
+            raise ApiError(422, "invalid_request", err.message, param=err.param) from None
+        # The request takes its turn as a failed one, so the client's next seq_id runs.
+        return await run_in_threadpool(_refuse_forward, caller.project.id, *envelope,
+                                       user_error(err.message, err.param))
     return await run_in_threadpool(_queue_forward, caller.project.id, decoded)
+
+
+def _envelope(body: bytes) -> tuple[str, int, bool] | None:
+    """`(model_id, seq_id, forward_only)` of a request whose data Keel cannot use, if the message parses."""
+    msg = proto.ForwardBackwardRequestMessage()
+    try:
+        msg.ParseFromString(body)
+    except Exception:  # noqa: BLE001 - any decode failure: nothing to read
+        return None
+    return (msg.model_id, msg.seq_id, msg.forward_only) if msg.model_id else None
+
+
+def _refuse_forward(project_id: str, model_id: str, seq_id: int, forward_only: bool,
+                    error: dict[str, Any]) -> dict[str, Any]:
+    with session_factory()() as db:
+        model = owned_model(db, project_id, model_id)
+        kind = "forward" if forward_only else "forward_backward"
+        return submit(db, model, seq_id, kind, kind, {}, error)
 
 
 class AdamParams(BaseModel):

@@ -131,6 +131,13 @@ def test_bad_requests_fail_as_user_errors_naming_the_field(service, base_model, 
                                         "weights": data[0].loss_fn_inputs["weights"].tolist()})
     error = _failure(tc.forward_backward([short], "cross_entropy"))
     assert "data.0.loss_fn_inputs.target_tokens" in str(error)
+    ids = data[0].model_input.to_ints()
+    image = types.ModelInput(chunks=[types.EncodedTextChunk(tokens=ids),
+                                     types.ImageChunk(data=b"\x89PNG", format="png", expected_tokens=2)])
+    with_image = types.Datum(model_input=image, loss_fn_inputs={"target_tokens": [0] * (len(ids) + 2),
+                                                                "weights": [1.0] * (len(ids) + 2)})
+    error = _failure(tc.forward_backward([with_image], "cross_entropy"))  # a protobuf Keel cannot use
+    assert "data[0].model_input.chunks[1]" in str(error)
     # The rejected seq_ids took their turn: the next request runs.
     assert math.isfinite(tc.forward_backward(data, "cross_entropy").result().metrics["loss:sum"])
 
