@@ -10,12 +10,13 @@ import typer
 from keel_cli.client import checkpoints_app, files_app, jobs_app, models_app
 from keel_cli.demo import demo
 from keel_cli.listings import trainers_app
-from keel_cli.server import api, create_key, keys_app, migrate, up, worker
+from keel_cli.server import api, create_key, keys_app, migrate, serve, up, worker
 
 app = typer.Typer(help="Keel: an offline-RLHF training service.", no_args_is_help=True)
 app.command()(up)
 app.command()(api)
 app.command()(worker)
+app.command()(serve)
 app.command()(migrate)
 app.add_typer(keys_app, name="keys")
 app.add_typer(files_app, name="files")

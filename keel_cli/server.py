@@ -84,6 +84,36 @@ def _worker_argv(concurrency: int, loglevel: str) -> list[str]:
             f"--loglevel={loglevel}", "--without-gossip", "--without-mingle", "--hostname", f"keel@{os.uname()[1]}"]
 
 
+def serve_options(s) -> dict:
+    """The serving engine's options from the deployment settings (`KEEL_SERVE_*`, storage)."""
+    return {"max_replicas": s.SERVE_MAX_REPLICAS, "max_adapters": s.SERVE_MAX_ADAPTERS, "max_batch": s.SERVE_MAX_BATCH,
+            "replica_cpus": s.SERVE_REPLICA_CPUS, "replica_gpus": s.SERVE_REPLICA_GPUS, "idle_s": s.SERVE_IDLE_S,
+            "storage_options": s.STORAGE_OPTIONS, "cache_dir": s.ARTIFACT_CACHE_DIR or None}
+
+
+@server_app.command()
+def serve(host: str = typer.Option("", help="Listen address (default: KEEL_SERVE_URL's host)."),
+          port: int = typer.Option(0, help="Listen port (default: KEEL_SERVE_URL's port).")) -> None:
+    """Run inference: Ray Serve's HTTP ingress (KEEL_SERVE_URL) on the Ray cluster (KEEL_RAY_ADDRESS, or a
+    local loopback Ray), until stopped."""
+    from urllib.parse import urlsplit
+
+    from engine.runtime.cluster import connect
+    from engine.serving.deployment import start
+
+    s = _settings()
+    url = urlsplit(s.SERVE_URL)
+    connect(s.RAY_ADDRESS or None, num_cpus=s.RAY_NUM_CPUS)
+    signal.signal(signal.SIGTERM, _raise_system_exit)
+    ingress = start(host or url.hostname or "127.0.0.1", port or url.port or 8100, serve_options(s))
+    typer.echo(f"keel serve: ingress on {ingress}")
+    try:
+        while True:
+            time.sleep(3600)
+    except (KeyboardInterrupt, SystemExit):
+        pass
+
+
 @server_app.command()
 def up(concurrency: int = typer.Option(1, help="Jobs run at once by the embedded worker.")) -> None:
     """Run the whole service on this machine: migrations, a worker (with a local Ray and the sweeper)
@@ -94,6 +124,8 @@ def up(concurrency: int = typer.Option(1, help="Jobs run at once by the embedded
     key = _ensure_default_project(s.home)
     _require_one_cluster(concurrency)
     worker_proc = subprocess.Popen(_worker_argv(concurrency, "INFO"), start_new_session=True)
+    # Inference on its own loopback Ray beside the worker's (docs/inference.md).
+    serve_proc = subprocess.Popen([sys.executable, "-m", "keel_cli.main", "serve"], start_new_session=True)
     url = f"http://{s.HOST}:{s.PORT}"
     typer.echo(f"\nKeel is starting on {url}\n  console: {url}/\n  docs:    {url}/docs\n  project: default")
     if key:
@@ -112,6 +144,7 @@ def up(concurrency: int = typer.Option(1, help="Jobs run at once by the embedded
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave the worker running
         typer.echo("stopping Keel (the worker finishes its shutdown) ...")
         _stop(worker_proc)
+        _stop(serve_proc)
     typer.echo("Keel stopped.")
 
 

@@ -26,7 +26,7 @@ TESTS = ROOT / "tests"
 # API's many short tests in another, the end-to-end and fault tests (mostly waiting on jobs) in a third.
 # `embedded` (`keel up` on SQLite, the embedded broker and a local Ray, a few minutes) joins the lightest.
 GROUPS: dict[str, list[str]] = {
-    "engine": ["engine", "bench", "core", "cli", "cluster", "embedded"],
+    "engine": ["engine", "bench", "core", "cli", "cluster", "embedded", "serving"],
     "api": ["api", "security", "fuzz", "sdk", "openai", "test_architecture.py",
             "test_deployment_images.py", "test_deployment_compose.py", "test_deployment_k8s.py",
             "test_deployment_entrypoint.py",

@@ -164,14 +164,18 @@ class Ingress:
                                              code="model_not_found").body(), status_code=404)
         if not body.get("stream"):
             try:
-                status, out = await handle.complete.remote(body, chat)
+                status, out = await _retried(lambda: handle.complete.remote(body, chat))
             except Exception:
                 log.exception("a completion failed")
                 return JSONResponse(_unavailable(), status_code=503)
             return JSONResponse(out, status_code=status)
-        lines = handle.options(stream=True).stream.remote(body, chat)
+
+        async def opened() -> tuple[Any, Any]:
+            lines = handle.options(stream=True).stream.remote(body, chat)
+            return lines, await lines.__anext__()
+
         try:
-            first = await lines.__anext__()
+            lines, first = await _retried(opened)
         except Exception:
             log.exception("a stream failed to start")
             return JSONResponse(_unavailable(), status_code=503)
@@ -187,6 +191,20 @@ class Ingress:
                 yield sse(_unavailable())
 
         return StreamingResponse(rest(), media_type="text/event-stream")
+
+
+async def _retried(call: Any, attempts: int = 20) -> Any:
+    """`await call()`, again while the replica it reached has died and Serve has not replaced it yet:
+    nothing was generated for the caller, so the request goes to the new replica instead."""
+    from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+    for attempt in range(attempts):
+        try:
+            return await call()
+        except (ActorDiedError, ActorUnavailableError, RayActorError):
+            if attempt == attempts - 1:
+                raise
+            await asyncio.sleep(0.5)
 
 
 def deploy_model(base_model: str, options: dict[str, Any]) -> None:
