@@ -243,6 +243,15 @@ def start(host: str = "127.0.0.1", port: int = 8100, options: dict[str, Any] | N
     return f"http://{host}:{port}"
 
 
+def build_app(args: dict[str, Any]) -> Any:
+    """The ingress application for a Serve config file (KubeRay's `serveConfigV2`): `args.options`
+    as `start`'s options."""
+    from engine.runtime.cluster import code_options
+
+    ingress = IngressDeployment.options(ray_actor_options={"num_cpus": 0, **code_options()})
+    return ingress.bind({**DEFAULTS, **(args.get("options") or {})})
+
+
 def _wrap() -> tuple[Any, Any]:
     from ray import serve
 
