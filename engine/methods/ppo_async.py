@@ -17,10 +17,11 @@ driver checks it against the trainer's (`weight_sync_failed`). With `rollout.col
 only) the actor generates: the next batch's generation is queued on it ahead of the update.
 
 Off-policy correctness: each row keeps the version it was sampled from and the behaviour policy's
-log-probs (`rollout_log_probs`). Without `algorithm.rollout_correction` those are PPO's old
-log-probs, so the ratio and its clip are taken against the policy that sampled; with it the old
-log-probs are the trainer's (the proximal policy) and the truncated / masked IS weights
-pi_old / pi_behaviour correct for the gap (`engine.algos.correction`).
+log-probs (`rollout_log_probs`). With stale samples and no `algorithm.rollout_correction` those are
+PPO's old log-probs, so the ratio and its clip are taken against the policy that sampled; with it
+the old log-probs are the trainer's (the proximal policy) and the truncated / masked IS weights
+pi_old / pi_behaviour correct for the gap (`engine.algos.correction`). Fresh samples (`sync`) take
+the trainer's own, as the colocated loop does.
 
 A checkpoint records the batches in flight (responses, behaviour log-probs, versions): a resumed job
 trains on exactly what the uninterrupted one would have. A guardrail rollback drops them and
@@ -202,9 +203,11 @@ class RolloutPipeline:
         trained = [roles["actor"]] + ([roles["critic"]] if dispatch.use_critic else [])
         snapshots = [r for g in trained for r in g.submit_all("snapshot")] if snapshot else []
         shards, _ = shard_rows(len(rows), dispatch.num_mini_batches, dispatch.num_workers)
-        # The trainer's own log-probs are the old ones only with a rollout correction (the proximal
-        # policy); otherwise the behaviour policy's, which the batch carries.
-        old_pass = self.correct and not dispatch.on_policy
+        # The trainer's own log-probs are the old ones when the samples are fresh (`sync`: as the
+        # colocated loop) or with a rollout correction (the proximal policy); otherwise the
+        # behaviour policy's, which the batch carries.
+        proximal = self.correct or self.staleness == 0
+        old_pass = proximal and not dispatch.on_policy
         refs: dict[str, list[Any]] = {k: [] for k in ("old", "ref", "values", "scores")}
         ref_role = roles["actor"] if dispatch.lora else roles["ref"]
         for w, part in enumerate(shards):
@@ -224,7 +227,7 @@ class RolloutPipeline:
         inverse[torch.tensor(order)] = torch.arange(len(order))
         if old_pass:
             old = torch.cat([o["log_probs"] for o in out["old"]])[inverse]
-        elif self.correct:
+        elif proximal:
             old = None  # on-policy update: its own forward is the proximal policy
         else:
             old = batch["rollout_log_probs"]
