@@ -92,8 +92,8 @@ curl -X POST -H "Idempotency-Key: 5b0e4d1c-..." -H "Content-Type: application/js
 
 ## Server-sent events
 `GET /v1/jobs/{job_id}/events/stream` streams a job's events (`text/event-stream`) until it finishes:
-`job.status`, `job.placement`, `job.metrics`, `job.checkpoint`, `job.log`, `job.warning`, `job.error`,
-`job.done`. Each
+`job.status`, `job.placement`, `job.metrics`, `job.samples`, `job.checkpoint`, `job.log`, `job.warning`,
+`job.error`, `job.done`. Each
 event's `id` is its sequence number; after a dropped connection, reconnect with the `Last-Event-ID`
 header (browsers' `EventSource` does this itself) and the stream resumes with the next event, nothing
 lost and nothing repeated. A comment line (`: ping`) keeps idle connections open every 15 s. The

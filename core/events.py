@@ -18,7 +18,7 @@ from core.models import Job, JobEvent
 log = logging.getLogger(__name__)
 
 EVENT_TYPES = ("job.status", "job.metrics", "job.checkpoint", "job.log", "job.warning", "job.error", "job.done",
-               "job.placement")
+               "job.placement", "job.samples")
 CHANNEL_PREFIX = "keel:job:"
 
 

@@ -264,6 +264,10 @@ class DBReporter:
 
         self._append("job.placement", {"workers": workers}, apply)
 
+    def samples(self, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
+        """`job.samples`: the method's few decoded rollouts of a step (the console's samples table)."""
+        self._append("job.samples", {"step": int(step), "rows": [json_safe(dict(r)) for r in rows]})
+
     def manifest(self, data: Mapping[str, Any]) -> None:
         """The attempt's manifest on the job row (`workers.manifest`), fenced like every write."""
         retry_db(lambda: manifests.record(self._session, self.job_id, data, attempt=self.attempt, owns=self._owns,

@@ -27,7 +27,7 @@ JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelling", "c
 """`pausing`: asked to pause, saving its checkpoint; `paused`: stopped, holding no resources, until resumed."""
 TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
 EventType = Literal["job.status", "job.metrics", "job.checkpoint", "job.log", "job.warning", "job.error", "job.done",
-                    "job.placement"]
+                    "job.placement", "job.samples"]
 MAX_GRADER_CHARS = 512 * 1024
 """A grader as JSON (`options.grader`, OpenAI's `method.reinforcement.grader`): room for a 256 KiB python source."""
 RewardFunction = Literal["gsm8k", "exact_match", "regex", "length_penalty", "data_source", "grader"]
@@ -322,7 +322,8 @@ class JobEventPublic(BaseModel):
     """job.status `{status}`; job.metrics `{step, values, total_steps, epoch}`; job.checkpoint
     `{checkpoint_id, step, metrics}`; job.log `{message}`; job.warning `{code, message, data}`;
     job.error `{code, message, param?, error_id?}`; job.done `{status}`; job.placement `{workers: [{role, rank, node_id,
-    node_ip, hostname, pid}]}` (where each worker of the attempt runs)."""
+    node_ip, hostname, pid}]}` (where each worker of the attempt runs); job.samples `{step, rows: [{prompt,
+    response, reward}]}` (a few of a PPO step's rollouts, decoded and size-capped)."""
     created_at: int
     """Unix seconds."""
 

@@ -58,7 +58,7 @@ from engine.config import JobRequest, JobResult, PPOConfig, check_parallel
 from engine.data import PromptExample, load_rows, tokenize_prompts
 from engine.errors import Cancelled, ConfigError, DataError, Diverged, Paused
 from engine.guardrails import ReplayBuffer, Verdict, judge_step, sequence_mean_kl
-from engine.methods import ppo_async, ppo_checkpoint, ppo_rollout, ppo_update, ppo_validation
+from engine.methods import ppo_async, ppo_checkpoint, ppo_rollout, ppo_samples, ppo_update, ppo_validation
 from engine.methods import ppo_experience as experience
 from engine.methods.ppo_dispatch import RoleDispatch
 from engine.methods.ppo_validation import VAL_STREAM
@@ -404,6 +404,7 @@ class PPOTrainer:
         metrics["perf/throughput"] = metrics["perf/total_num_tokens"] / step_time / self.num_workers
         metrics["training/epoch"] = float(epoch + 1)
         self.reporter.metrics(step, metrics, total_steps=self.total_steps, epoch=epoch + 1)
+        ppo_samples.report(self.reporter, self.tokenizer, step, rollout)
         self.final_metrics = metrics
 
         save_freq = cfg.trainer.save_freq

@@ -44,6 +44,10 @@ class Reporter(Protocol):
         """What this attempt runs with, as the node sees it (`engine.runtime.manifest.collect`), recorded when
         it starts. Optional: `engine.runtime.manifest.record` skips a reporter without it."""
 
+    def samples(self, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
+        """A few of the step's rollouts, `{prompt, response, reward}` each (size-capped by the method).
+        Optional: `engine.methods.ppo_samples.report` skips a reporter without it."""
+
 
 class RecordingReporter:
     """Keeps every report in memory, in order: for tests, benchmarks and the CLI."""
@@ -78,6 +82,9 @@ class RecordingReporter:
 
     def manifest(self, data):
         self._add("manifest", data=dict(data))
+
+    def samples(self, step, rows):
+        self._add("samples", step=step, rows=[dict(r) for r in rows])
 
     def should_stop(self) -> bool:
         steps = self.steps()

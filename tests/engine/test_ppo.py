@@ -98,6 +98,21 @@ def test_gsm8k_run_reports_every_metric(baseline):
     assert not reporter.of("warning")
 
 
+def test_each_step_logs_a_few_decoded_samples(baseline):
+    """`job.samples` (the console's samples table): up to 4 rows a step, the prompt as the dataset wrote
+    it, the response decoded, the reward a float that the step's score range holds."""
+    reporter = baseline["reporter"]
+    samples = reporter.of("samples")
+    assert [e["step"] for e in samples] == [1, 2, 3, 4]
+    metrics = {e["step"]: e["values"] for e in reporter.of("metrics")}
+    for event in samples:
+        assert 1 <= len(event["rows"]) <= 4
+        for row in event["rows"]:
+            assert row["prompt"] and isinstance(row["response"], str) and len(row["response"]) <= 600
+            values = metrics[event["step"]]
+            assert values["critic/score/min"] - 1e-6 <= row["reward"] <= values["critic/score/max"] + 1e-6
+
+
 def test_reward_model_run(demo_assets, ray_local, tmp_path):
     from engine.models import load_reward_model, load_tokenizer, save_model
 

@@ -8,6 +8,7 @@ class JobEventPublicType(StrEnum):
     JOB_LOG = "job.log"
     JOB_METRICS = "job.metrics"
     JOB_PLACEMENT = "job.placement"
+    JOB_SAMPLES = "job.samples"
     JOB_STATUS = "job.status"
     JOB_WARNING = "job.warning"
 
