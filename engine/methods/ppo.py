@@ -199,6 +199,7 @@ class PPOTrainer:
         is_model = "model_path" in reward or bool((reward.get("grading") or {}).get("models"))  # score_model
         specs.append(RoleSpec("reward", Reward, (cfg,), {"tokenizer_path": req.model_path, **reward, **common},
                               num_workers=w if is_model else 1, uses_gpu=is_model))
+        specs += self.extra_roles(common)
         if req.resources.executor == "local":
             from engine.roles.local import LocalRoleCluster as Cluster
         else:
@@ -211,6 +212,10 @@ class PPOTrainer:
                                                       seed=req.seed, pad_id=self.pad_id,
                                                       total_batches=self.total_steps)
         self.reporter.placement(self.roles.placement())
+
+    def extra_roles(self, common: dict[str, Any]) -> list[Any]:
+        """Roles a method built on this loop adds (`distill_policy`: the teacher), as `RoleSpec`s."""
+        return []
 
     # --- loop state ----------------------------------------------------------------------------
 
