@@ -42,7 +42,9 @@ A resume checks that the recorded step, data position and actor schedule agree (
 What the loop calls lives beside it: `ppo_dispatch` (submissions to the roles, bounded gathers),
 `ppo_rollout` (the rollout phase), `ppo_experience` (shaping, dynamic sampling, advantages, metrics),
 `ppo_update` (the update phase), `ppo_validation` (validation, overfit, collapse) and
-`ppo_checkpoint` (checkpoints and the resume invariants).
+`ppo_checkpoint` (checkpoints and the resume invariants); with `rollout.mode` other than `sync` or
+`rollout.colocate: false`, `ppo_async` generates the batches ahead of their steps (the rollout phase
+then scores a batch already generated).
 """
 
 from __future__ import annotations
