@@ -14,7 +14,7 @@ Per model (the demo Llama and `bench.datasets`' wide one, float32, this process'
 
 Memory (the wide model): eight random rank-8 adapters on every projection loaded into one engine.
 Tensors: the base weights plus the eight adapters the engine holds, against budget = 1.25 x (base
-safetensors + 8 x adapter safetensors). Resident: this process's resident-set growth from before the
+safetensors + 8 x adapter safetensors). Resident: a fresh process's resident-set growth from before the
 engine loaded to after the eight adapters (Linux `/proc/self/status`), against the same budget.
 
 Reported: median, min and max over `--repeats` of the throughput figures.
@@ -27,7 +27,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from bench.common import demo_assets, emit, load_average, out_dir, percentile, spread
+from bench.common import demo_assets, emit, load_average, out_dir, percentile, set_threads, spread
 
 
 def _rss() -> int:
@@ -102,7 +102,10 @@ def _adapters(base: str, count: int, root: Path) -> list[str]:
 
 
 def memory(base: str, count: int) -> dict:
+    """Run in a fresh process (`_fresh`): what it grows by is the engine's, not earlier runs' leftovers."""
     import gc
+
+    import transformers.models.llama.modeling_llama  # noqa: F401  (the library, loaded before the baseline)
 
     from engine.serving.engine import CpuEngine
 
@@ -133,8 +136,10 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--models", default="demo,wide")
     p.add_argument("--adapters", type=int, default=8)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: usable cores)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
+    set_threads(args.threads)
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -163,7 +168,10 @@ def main() -> None:
         result[name] = {"batched_tokens_per_s": spread(fast), "sequential_tokens_per_s": spread(slow),
                         "ratio": spread(ratio), "ttft_p50_s": spread(ttft50), "ttft_p99_s": spread(ttft99),
                         "tokens": {"batched": tokens_b, "sequential": tokens_s}}
-    result["memory_wide"] = memory(paths["wide"], args.adapters)
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        result["memory_wide"] = pool.apply(memory, (paths["wide"], args.adapters))
     emit(result, args.json)
 
 

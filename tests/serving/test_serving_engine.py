@@ -10,7 +10,7 @@ import json
 
 import pytest
 import torch
-from conftest import WEATHER_TOOL
+from serving_support import WEATHER_TOOL
 from transformers import AutoModelForCausalLM
 
 from engine.serving.engine import CpuEngine, GenerationRequest
