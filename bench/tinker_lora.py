@@ -201,9 +201,10 @@ def main() -> None:
     parser.add_argument("--interleaved", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--model", help="a model directory instead of the benchmark's (smoke tests: the demo model)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    model = build_model()
+    model = args.model or build_model()
     ratios: dict[str, list[float]] = {}
     speed = []
     for _ in range(args.repeats):

@@ -303,3 +303,22 @@ def test_dispatch_pass_cost(bench_out):
     assert out["bench"] == "dispatch" and out["jobs"] == 30
     assert out["cpu_ms_per_pass"]["n"] == out["wall_ms_per_pass"]["n"] == 3
     assert out["cpu_ms_per_pass"]["median"] > 0 and out["wall_ms_per_pass"]["median"] > 0
+
+
+def test_tinker_lora(bench_out):
+    """Two LoRA clients in one shared host against two separate trainers, and two interleaving (on the
+    demo model: the figures mean nothing at this size, the shape of the output does)."""
+    from bench.common import demo_assets
+
+    model = demo_assets(bench_out / "demo")["model"]
+    proc = subprocess.run([sys.executable, "-m", "bench.tinker_lora", "--model", model, "--clients", "2",
+                           "--interleaved", "2", "--rounds", "1", "--repeats", "1", "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = last_json(proc.stdout)
+    assert out["clients"] == 2 and out["shared"] is True
+    assert out["host_tensors_mib"] < 2 * out["base_mib"]
+    for key in ("host_peak_over_budget", "separate_peak_over_budget", "interleaved_over_one"):
+        assert out[key]["min"] > 0, out
+    assert {"median", "min", "max"} <= set(out["host_resident_over_budget"])  # a few MiB: may be below 0
