@@ -68,13 +68,16 @@ def checkpoint_public(c: paths.Checkpoint, *, size: bool = True) -> dict[str, An
             "expires_at": None}
 
 
-def run_public(db: Session, trainer: Trainer, run_id: str, base_model: str | None) -> dict[str, Any]:
+def run_public(db: Session, trainer: Trainer, mapped: TinkerModel | None) -> dict[str, Any]:
+    """A trainer as Tinker's `TrainingRun`; `mapped`: its training client, if a session made it."""
+    run_id = mapped.id if mapped else trainer.id
     saved = paths.checkpoints(db, trainer, run_id)
     last = {kind: next((c for c in reversed(saved) if c.segment == kind), None)
             for kind in ("weights", "sampler_weights")}
     lora = trainer.lora or {}
-    meta = {str(k): str(v) for k, v in (trainer.meta or {}).items()}
-    return {"training_run_id": run_id, "base_model": base_model or trainer.model, "model_owner": trainer.project_id,
+    meta = {str(k): str(v) for k, v in ((mapped.user_metadata if mapped else trainer.meta) or {}).items()}
+    return {"training_run_id": run_id, "base_model": mapped.base_model if mapped else trainer.model,
+            "model_owner": trainer.project_id,
             "is_lora": bool(trainer.lora), "lora_rank": lora.get("rank") if trainer.lora else None,
             "corrupted": trainer.status == "failed", "last_request_time": _iso(trainer.last_used_at),
             "last_checkpoint": checkpoint_public(last["weights"], size=False) if last["weights"] else None,
@@ -83,18 +86,11 @@ def run_public(db: Session, trainer: Trainer, run_id: str, base_model: str | Non
             "user_metadata": meta or None}
 
 
-def _run(db: Session, project: Project, run_id: str) -> tuple[Trainer, str]:
+def _run(db: Session, project: Project, run_id: str) -> Trainer:
     trainer = paths.run_trainer(db, project.id, run_id)
     if trainer is None:
         raise ApiError(404, "not_found", f"No training run {run_id!r} in this project.", param="training_run_id")
-    return trainer, run_id
-
-
-def _base_models(db: Session, trainer_ids: list[str]) -> dict[str, tuple[str, str]]:
-    """trainer id -> (Tinker model id, the base model as the client named it)."""
-    rows = db.execute(select(TinkerModel.trainer_id, TinkerModel.id, TinkerModel.base_model)
-                      .where(TinkerModel.trainer_id.in_(trainer_ids))).all() if trainer_ids else []
-    return {trainer_id: (model_id, base) for trainer_id, model_id, base in rows}
+    return trainer
 
 
 @router.get("/training_runs")
@@ -110,23 +106,23 @@ def list_training_runs(project: TinkerProject, db: SessionDep,
     total = db.scalar(select(func.count()).select_from(Trainer).where(where)) or 0
     trainers = db.scalars(select(Trainer).where(where).order_by(Trainer.created_at.desc(), Trainer.id.desc())
                           .offset(offset).limit(limit)).all()
-    names = _base_models(db, [t.id for t in trainers])
-    runs = [run_public(db, t, *names.get(t.id, (t.id, None))) for t in trainers]
+    mapped = {m.trainer_id: m for m in db.scalars(select(TinkerModel).where(
+        TinkerModel.trainer_id.in_([t.id for t in trainers])))} if trainers else {}
+    runs = [run_public(db, t, mapped.get(t.id)) for t in trainers]
     return {"training_runs": runs, "cursor": {"offset": offset, "limit": limit, "total_count": total}}
 
 
 @router.get("/training_runs/{run_id}")
 def get_training_run(run_id: str, project: TinkerProject, db: SessionDep,
                      access_scope: Literal["owned", "accessible"] = "owned"):
-    trainer, run_id = _run(db, project, run_id)
-    mapped = db.get(TinkerModel, run_id)
-    return run_public(db, trainer, run_id, mapped.base_model if mapped else None)
+    trainer = _run(db, project, run_id)
+    return run_public(db, trainer, db.get(TinkerModel, run_id))
 
 
 @router.get("/training_runs/{run_id}/checkpoints")
 def list_checkpoints(run_id: str, project: TinkerProject, db: SessionDep):
     """Every checkpoint of the run (training, sampler and external), oldest first; unpaginated."""
-    trainer, run_id = _run(db, project, run_id)
+    trainer = _run(db, project, run_id)
     return {"checkpoints": [checkpoint_public(c) for c in paths.checkpoints(db, trainer, run_id)], "cursor": None}
 
 

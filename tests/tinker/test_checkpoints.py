@@ -37,7 +37,8 @@ def run(tinker_url, tinker_key, base_model):
     """A LoRA training client that took one large step, then saved its state, sampler weights and an
     export; the client's session stays open for the module."""
     with tinker.ServiceClient(base_url=tinker_url, api_key=tinker_key) as service:
-        tc = service.create_lora_training_client(base_model=base_model, rank=4, seed=0).result()
+        tc = service.create_lora_training_client(base_model=base_model, rank=4, seed=0,
+                                                 user_metadata={"purpose": "checkpoints"}).result()
         data = _data(tc.get_tokenizer())
         tc.forward_backward(data, "cross_entropy")
         tc.optim_step(types.AdamParams(learning_rate=5e-2)).result()
@@ -48,7 +49,7 @@ def run(tinker_url, tinker_key, base_model):
                **saved}
 
 
-def test_saves_are_listed_as_the_runs_checkpoints(run, tinker_url, tinker_key):
+def test_saves_are_listed_as_the_runs_checkpoints(run, tinker_url, tinker_key, base_model):
     tc, rest = run["tc"], run["rest"]
     run_id = tc.model_id
     assert run["state"] == f"tinker://{run_id}/weights/step-1"
@@ -63,6 +64,7 @@ def test_saves_are_listed_as_the_runs_checkpoints(run, tinker_url, tinker_key):
 
     info = rest.get_training_run(run_id).result()
     assert (info.training_run_id, info.is_lora, info.lora_rank) == (run_id, True, 4)
+    assert (info.base_model, info.user_metadata) == (base_model, {"purpose": "checkpoints"})
     assert info.last_checkpoint.tinker_path == run["state"]
     assert info.last_sampler_checkpoint.tinker_path == run["sampler"]
     assert rest.get_training_run_by_tinker_path(run["export"]).result().training_run_id == run_id
