@@ -1,6 +1,7 @@
 """The official `openai` client against a live Keel whose completions Ray Serve answers (API + Ray + Serve
 on loopback; the Celery worker too for the fine-tuned model): greedy chat equals `transformers` greedy
-`generate` token for token with log-probs to 1e-4, streaming gives the non-streamed text, `n` with a
+`generate` token for token with log-probs to 1e-4, streaming gives the non-streamed text (its time to
+first token in the API's metrics), `n` with a
 `seed` is reproducible, `stop` cuts where OpenAI cuts, token ids come back and a `trajectory_id` call
 is recorded, a prompt over the context window is a 400 naming `messages`, and a model fine-tuned
 through `/v1/fine_tuning/jobs` answers by its `ft:` name as its downloaded weights do in `transformers`."""
@@ -8,9 +9,11 @@ through `/v1/fine_tuning/jobs` answers by its `ft:` name as its downloaded weigh
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import hf_reference
+import httpx
 import openai
 import pytest
 from transformers import AutoTokenizer
@@ -72,8 +75,17 @@ def test_greedy_chat_is_transformers_greedy_generate(oai, demo_assets, base):
     assert ids == hf_reference.greedy(hf_model, prompt, 8)[:len(ids)]
 
 
-def test_streaming_gives_the_same_text(oai, demo_assets):
+def _series(base_url: str, name: str) -> float:
+    """One series of the API's /metrics for the demo base model's chat completions, summed over its other
+    labels (0 before its first sample)."""
+    text = httpx.get(f"{base_url}/metrics", trust_env=False).text
+    return sum(float(m[2]) for m in re.finditer(rf"^{name}\{{([^}}]*)\}} (\S+)$", text, re.MULTILINE)
+               if 'base_model="model"' in m[1] and 'endpoint="chat/completions"' in m[1])
+
+
+def test_streaming_gives_the_same_text(oai, live_server, demo_assets):
     model = demo_assets["model"]
+    first_tokens = _series(live_server, "keel_inference_time_to_first_token_seconds_count")
     whole = oai.chat.completions.create(model=model, messages=QUESTION, temperature=0, max_tokens=16)
     chunks = list(oai.chat.completions.create(model=model, messages=QUESTION, temperature=0, max_tokens=16,
                                               stream=True, stream_options={"include_usage": True}))
@@ -88,6 +100,9 @@ def test_streaming_gives_the_same_text(oai, demo_assets):
                                              stream=True))
     assert all(c.choices and c.usage is None for c in plain)
     assert "".join(c.choices[0].delta.content or "" for c in plain) == text
+    # Both streams' first tokens were timed, and the tokens counted, under the base model's name.
+    assert _series(live_server, "keel_inference_time_to_first_token_seconds_count") == first_tokens + 2
+    assert _series(live_server, "keel_inference_tokens_total") > 0
 
 
 def test_n_with_a_seed_is_reproducible(oai, demo_assets):
