@@ -1,10 +1,10 @@
 """The official `openai` client against a live Keel whose completions Ray Serve answers (API + Ray + Serve
 on loopback; the Celery worker too for the fine-tuned model): greedy chat equals `transformers` greedy
 `generate` token for token with log-probs to 1e-4, streaming gives the non-streamed text (its time to
-first token in the API's metrics), `n` with a
-`seed` is reproducible, `stop` cuts where OpenAI cuts, token ids come back and a `trajectory_id` call
-is recorded, a prompt over the context window is a 400 naming `messages`, and a model fine-tuned
-through `/v1/fine_tuning/jobs` answers by its `ft:` name as its downloaded weights do in `transformers`."""
+first token in the API's metrics), `n` with a `seed` is reproducible, `stop` cuts where OpenAI cuts,
+token ids come back and a `trajectory_id` call is recorded, a prompt over the context window is a 400
+naming `messages`, and a model fine-tuned through `/v1/fine_tuning/jobs` answers by its `ft:` name as
+its downloaded weights do in `transformers`."""
 
 from __future__ import annotations
 
