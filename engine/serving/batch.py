@@ -249,6 +249,7 @@ class BatchModel:
         keys_valid = torch.arange(filled, device=self.device)[None] <= pos[:, None]
         mask = torch.zeros(rows, 1, 1, filled, dtype=self.dtype, device=self.device)
         mask.masked_fill_(~keys_valid[:, None, None], float("-inf"))
+        mask3 = mask.view(rows, 1, filled).repeat_interleave(kvh, dim=0)  # (rows * kv_heads, 1, keys)
         slot_idx = torch.arange(rows, device=self.device)
         x = F.embedding(torch.tensor(tokens, device=self.device), self.embed)  # (rows, hidden)
         for i, layer in enumerate(self.layers):
@@ -260,10 +261,16 @@ class BatchModel:
             k = k * cos + swap_halves(k) * sin
             self.keys[i][slot_idx, :, pos] = k
             self.values[i][slot_idx, :, pos] = v
-            # The query heads of a group as SDPA's query positions: keys are not repeated.
-            out = F.scaled_dot_product_attention(
-                q.view(rows, kvh, group, hd), self.keys[i][:rows, :, :filled], self.values[i][:rows, :, :filled],
-                attn_mask=mask, scale=self.scale)
+            keys, values = self.keys[i][:rows, :, :filled], self.values[i][:rows, :, :filled]
+            if self.dtype == torch.float32:  # batched matmuls: on CPU several times SDPA's time for one query
+                q3 = q.reshape(rows * kvh, group, hd)
+                scores = torch.baddbmm(mask3, q3, keys.reshape(rows * kvh, filled, hd).transpose(1, 2),
+                                       alpha=self.scale)
+                probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
+                out = torch.bmm(probs, values.reshape(rows * kvh, filled, hd))
+            else:  # the query heads of a group as SDPA's query positions: keys are not repeated
+                out = F.scaled_dot_product_attention(q.view(rows, kvh, group, hd), keys, values, attn_mask=mask,
+                                                     scale=self.scale)
             x = self._mlp_and_out(x, out.reshape(rows, heads * hd), i, groups)
         return self._logits(x)
 

@@ -78,6 +78,8 @@ class _Row:
         self.tokens: list[int] = []
         self.text = ""
         self.sent = 0
+        self.prefix = 0  # tokens[prefix:read] were decoded into text's tail; decoding restarts at prefix
+        self.read = 0
         self.last = 0
         self.done = False
 
@@ -238,7 +240,9 @@ class CpuEngine:
         req = r.job.request
         ended = token in self.eos
         if not ended:
-            r.text = self.tokenizer.decode(r.tokens, skip_special_tokens=True)
+            self._detokenize(r, final=len(r.tokens) >= req.max_tokens)
+        elif r.read < len(r.tokens) - 1:  # a character still open when EOS came: what there is of it
+            self._detokenize(r, final=True)
         if req.stop:
             start = max(0, r.sent - max(len(s) for s in req.stop))
             hits = [i for i in (r.text.find(s, start) for s in req.stop) if i >= 0]
@@ -251,13 +255,23 @@ class CpuEngine:
         if len(r.tokens) >= req.max_tokens:
             return self._flush(r), "length"
         end = len(r.text)
-        if r.text.endswith("\ufffd"):  # a character split across tokens: wait for its other bytes
-            end -= 1
         # Hold back a tail that may be the start of a stop string.
         end -= max((n for s in req.stop for n in range(min(len(s) - 1, end - r.sent), 0, -1)
                     if r.text[end - n:end] == s[:n]), default=0)
         text, r.sent = r.text[r.sent:max(end, r.sent)], max(end, r.sent)
         return text, None
+
+    def _detokenize(self, r: _Row, final: bool) -> None:
+        """Extend `r.text` with the new token's text, decoding a short window (not the whole
+        completion): the text of tokens[prefix:] past that of tokens[prefix:read]. Decoding from a few
+        tokens back keeps what a tokenizer makes of a word's start (SentencePiece's spaces) right; a
+        window ending inside a UTF-8 character waits for its other bytes unless `final`."""
+        end = len(r.tokens) - (1 if r.tokens and r.tokens[-1] in self.eos else 0)
+        before = self.tokenizer.decode(r.tokens[r.prefix:r.read], skip_special_tokens=True)
+        after = self.tokenizer.decode(r.tokens[r.prefix:end], skip_special_tokens=True)
+        if final or (len(after) > len(before) and not after.endswith("\ufffd")):
+            r.text += after[len(before):]
+            r.prefix, r.read = r.read, end
 
     def _flush(self, r: _Row) -> str:
         text, r.sent = r.text[r.sent:], len(r.text)
