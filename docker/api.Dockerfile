@@ -13,7 +13,7 @@ RUN pip install "fastapi>=0.135" "uvicorn[standard]>=0.30" "python-multipart>=0.
       "alembic>=1.13" "psycopg[binary]>=3.2" "pydantic>=2.7" "pydantic-settings>=2.3" "celery[redis]>=5.4" \
       "redis>=5.0" "typer>=0.12" "rich>=13" "httpx>=0.27" "pyarrow>=16" "fsspec>=2024.6" "pyyaml>=6" \
       "psutil>=5.9" "fastapi-offline>=1.7" "attrs>=23" "python-dateutil>=2.8" "prometheus-client>=0.20" \
-      "limits>=4.1" "cryptography>=42" ${PIP_EXTRA}
+      "limits>=4.1" "cryptography>=42" "protobuf>=4.25" ${PIP_EXTRA}
 COPY pyproject.toml README.md alembic.ini ./
 COPY api api
 COPY core core
