@@ -35,7 +35,7 @@ from api.tinker.training import owned_model, submit, user_error
 from core.config import settings
 from core.models import Model, Project, Trainer, TrainerOperation
 from core.storage import get_storage
-from core.tinker import TinkerModel, TinkerRequest
+from core.tinker import TinkerModel
 from core.tinker_samplers import TinkerSampler
 
 router = APIRouter(prefix="/api/v1", tags=["tinker"], include_in_schema=False)
@@ -182,12 +182,15 @@ def _export_error(db: Session, trainer: Trainer, body: SaveWeightsExternal) -> d
         return user_error("age_encryption_recipients: Keel does not encrypt exports; its download links are "
                           "signed and expire instead (docs/tinker.md)", "age_encryption_recipients",
                           "unsupported_parameter")
+    # The save writes `<state root>/sampler_weights/<engine name>`: a live checkpoint there (an export of
+    # that name, or a sampler save the client named `external.<name>`) or a save still queued takes it.
     engine_name = paths.EXPORT_PREFIX + name
-    names = db.scalars(select(TrainerOperation.request)
-                       .join(TinkerRequest, TinkerRequest.operation_id == TrainerOperation.id)
-                       .where(TrainerOperation.trainer_id == trainer.id, TinkerRequest.kind == paths.EXPORT_KIND,
-                              TrainerOperation.status != "failed"))
-    if any(isinstance(r, dict) and r.get("name") == engine_name for r in names):
+    live = any(c.model.path.rstrip("/").endswith(f"/sampler_weights/{engine_name}")
+               for c in paths.checkpoints(db, trainer))
+    pending = db.scalars(select(TrainerOperation.request).where(
+        TrainerOperation.trainer_id == trainer.id, TrainerOperation.kind == "save_weights_for_sampler",
+        TrainerOperation.status.in_(("queued", "running"))))
+    if live or any(isinstance(r, dict) and r.get("name") == engine_name for r in pending):
         return user_error(f"path: this model already has external weights named {name!r}; choose another name",
                           "path", "name_taken")
     return None

@@ -32,6 +32,10 @@ def _native(url: str, key: str, method: str, path: str, **kwargs) -> httpx.Respo
                          timeout=60, **kwargs)
 
 
+def links_base(run: dict) -> str:
+    return f"{run['url']}/api/v1/training_runs/{run['tc'].model_id}"
+
+
 @pytest.fixture(scope="module")
 def run(tinker_url, tinker_key, base_model):
     """A LoRA training client that took one large step, then saved its state, sampler weights and an
@@ -45,7 +49,7 @@ def run(tinker_url, tinker_key, base_model):
         saved = {"state": tc.save_state("step-1").result().path,
                  "sampler": tc.save_weights_for_sampler("step-1").result().path,
                  "export": tc.save_weights_external("final").result().path}
-        yield {"service": service, "tc": tc, "data": data, "rest": tinker.RestClient(base_url=tinker_url, api_key=tinker_key),
+        yield {"service": service, "tc": tc, "data": data, "url": tinker_url, "key": tinker_key, "rest": tinker.RestClient(base_url=tinker_url, api_key=tinker_key),
                **saved}
 
 
@@ -69,6 +73,14 @@ def test_saves_are_listed_as_the_runs_checkpoints(run, tinker_url, tinker_key, b
     assert info.last_sampler_checkpoint.tinker_path == run["sampler"]
     assert rest.get_training_run_by_tinker_path(run["export"]).result().training_run_id == run_id
     rest.set_checkpoint_ttl_from_tinker_path(run["export"], 3600).result()  # accepted (Keel keeps it until deleted)
+
+    tc = run["tc"]
+    for name, kwargs, param in (("final", {}, "path"), ("no/slash", {}, "path"),
+                                ("fresh", {"age_encryption_recipients": ["age1xyz"]}, "age_encryption_recipients")):
+        with pytest.raises(RequestFailedError) as refused:
+            tc.save_weights_external(name, **kwargs).result()
+        assert refused.value.category == types.RequestErrorCategory.User
+        assert f"{param}: " in refused.value.message, refused.value.message
 
     runs = rest.list_training_runs(limit=100).result()
     assert run_id in [r.training_run_id for r in runs.training_runs]
@@ -99,6 +111,13 @@ def test_export_downloads_as_a_peft_adapter(run, base_model, tmp_path):
     tampered = signed[:-1] + ("0" if signed[-1] != "0" else "1")
     assert httpx.get(tampered, timeout=30).status_code == 403
     assert httpx.get(signed, timeout=30).status_code == 200
+
+    # The sampler save holds the same weights (nothing ran between the saves); its links work too,
+    # though the client itself asks only for an export's.
+    sampler_links = httpx.get(f"{links_base(run)}/checkpoints/sampler_weights/step-1/external_weights_urls",
+                              headers={"X-API-Key": run["key"]}, timeout=30).json()["urls"]
+    sampler_adapter = httpx.get(sampler_links["adapter_model.safetensors"], timeout=30).content
+    assert sampler_adapter == (tmp_path / "adapter_model.safetensors").read_bytes()
 
     data = run["data"]
     served = run["tc"].forward(data, "cross_entropy").result().loss_fn_outputs
@@ -185,3 +204,5 @@ def test_checkpoints_are_deleted(run, tinker_url, tinker_key):
     with pytest.raises(tinker.BadRequestError) as refused:
         rest.delete_checkpoint_from_tinker_path(run["state"]).result()
     assert "save_state again" in str(refused.value)
+    # A deleted export's name is free again.
+    assert run["tc"].save_weights_external("final").result().path == run["export"]
