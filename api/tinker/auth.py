@@ -27,7 +27,9 @@ async def tinker_caller(request: Request) -> Caller:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         key = token.strip() if scheme.lower() == "bearer" else ""
     if not key:
-        raise ApiError(401, "unauthorized", "Missing API key: send `X-API-Key: tml-<your Keel key>`.")
+        # The same challenge as the native routes' 401 (api.deps), so a client sees one scheme everywhere.
+        raise ApiError(401, "unauthorized", "Missing API key: send `X-API-Key: tml-<your Keel key>`.",
+                       headers={"WWW-Authenticate": "Bearer"})
     return await admit_key(request, from_tinker_key(key))
 
 
