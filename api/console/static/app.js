@@ -4,20 +4,24 @@
 
 import { api, apiKey, ApiProblem, setApiKey } from "./api.js";
 import { clear, errorBox, h } from "./ui.js";
+import { comparePage } from "./pages/compare.js";
 import { filesPage } from "./pages/files.js";
 import { jobPage } from "./pages/job.js";
 import { jobsPage } from "./pages/jobs.js";
 import { modelsPage } from "./pages/models.js";
 import { newJobPage } from "./pages/newjob.js";
+import { trainersPage } from "./pages/trainers.js";
 
 const ROUTES = [
   [/^\/jobs\/([^/]+)$/, jobPage, "jobs"],
   [/^\/jobs$/, jobsPage, "jobs"],
+  [/^\/compare$/, comparePage, "jobs"],
   [/^\/new$/, newJobPage, "new"],
   [/^\/files$/, filesPage, "files"],
   [/^\/models$/, modelsPage, "models"],
+  [/^\/trainers$/, trainersPage, "trainers"],
 ];
-const NAV = [["jobs", "Jobs"], ["new", "New job"], ["files", "Files"], ["models", "Models"]];
+const NAV = [["jobs", "Jobs"], ["new", "New job"], ["files", "Files"], ["models", "Models"], ["trainers", "Trainers"]];
 
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");

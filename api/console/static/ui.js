@@ -36,7 +36,22 @@ export function clear(el, ...children) { el.replaceChildren(); append(el, childr
 export function when(unix) {
   if (!unix) return "—";
   const d = new Date(unix * 1000);
-  return d.toLocaleString(undefined, { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+  return d.toLocaleString(undefined, { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit",
+                                      second: "2-digit" });
+}
+
+/** Long text cut in the middle ("/models/…/checkpoint-40"): both ends of a path say the most. */
+export function middle(text, max = 48) {
+  const s = String(text ?? "");
+  if (s.length <= max) return s;
+  const head = Math.ceil((max - 1) / 2);
+  return `${s.slice(0, head)}…${s.slice(s.length - (max - 1 - head))}`;
+}
+
+/** An id or a path in the one style the console uses: monospace, cut in the middle, whole in the tooltip. */
+export function ident(text, max = 48) {
+  if (text === null || text === undefined || text === "") return "—";
+  return h("span.mono.ident", { title: String(text) }, middle(text, max));
 }
 
 export function duration(s) {
@@ -44,7 +59,7 @@ export function duration(s) {
   s = Math.max(0, Math.round(s));
   if (s < 60) return `${s}s`;
   if (s < 3600) return `${Math.floor(s / 60)}m ${s % 60}s`;
-  return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
+  return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m ${s % 60}s`;
 }
 
 export function bytes(n) {

@@ -21,11 +21,16 @@ from tests.api.console.console_data import (
     _events,
     _file,
     _job,
+    _manifest,
+    _method_metrics,
     _metrics,
     _model,
     _project,
+    _samples,
 )
 
+PPO_CONFIG = {"algorithm": {"adv_estimator": "gae", "kl_ctrl": {"kl_coef": 0.001}}, "actor": {"optim": {"lr": 1e-6}},
+              "data": {"train_batch_size": 8}, "rollout": {"n": 1, "temperature": 1.0, "stop": []}}
 ARTIFACTS = ROOT / "tests" / "artifacts" / "console"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome-stable", "google-chrome")
 
@@ -127,20 +132,23 @@ def seeded(database):
     project_id, key = _project(f"console-{secrets.token_hex(4)}")
     file_id = _file(project_id)
     done = {"status": "succeeded", "started_at": utcnow() - timedelta(minutes=3), "finished_at": utcnow()}
-    sft = _job(project_id, file_id, "/models/base", {"type": "sft"}, **done)
+    sft = _job(project_id, file_id, "/models/base", {"type": "sft"}, manifest=_manifest(file_id, "sft", {}), **done)
     sft_model = _model(project_id, sft, "policy", "/models/base")
-    rm = _job(project_id, file_id, sft_model, {"type": "reward_model"}, **done)
+    rm = _job(project_id, file_id, sft_model, {"type": "reward_model"}, manifest=_manifest(file_id, "reward_model", {}),
+              **done)
     rm_model = _model(project_id, rm, "reward_model", sft_model)
-    distill = _job(project_id, file_id, "/models/small", {"type": "rm_distill", "teacher": rm_model}, **done)
+    distill = _job(project_id, file_id, "/models/small", {"type": "rm_distill", "teacher": rm_model},
+                   manifest=_manifest(file_id, "rm_distill", {}), **done)
     distill_model = _model(project_id, distill, "reward_model", "/models/small", fmt="lora")
     total = 30
     ppo = _job(project_id, file_id, sft_model, {"type": "ppo", "reward": {"model": distill_model}},
-               progress={"step": total, "total_steps": total}, **done)
+               progress={"step": total, "total_steps": total}, manifest=_manifest(file_id, "ppo", PPO_CONFIG), **done)
     ppo_model = _model(project_id, ppo, "policy", sft_model)
     events = [("job.status", {"status": "running"}), ("job.placement", {"workers": [  # colocated: one process
         {"role": r, "rank": 0, "node_id": "n1", "node_ip": "10.0.0.1", "pid": 42} for r in ("actor", "critic", "ref", "reward")]})]
     for step in range(1, total + 1):
         events.append(("job.metrics", _metrics(step, total)))
+        events.append(("job.samples", _samples(step)))
         if step == 12:
             events.append(("job.warning", {"code": "kl_high", "message": "step 12: KL 0.31 > 0.2", "data": {"step": 12}}))
         if step == 18:
@@ -151,6 +159,27 @@ def seeded(database):
     events += [("job.status", {"status": "succeeded"}), ("job.done", {"status": "succeeded"})]
     _events(ppo, events)
     return {"key": key, "file": file_id, "ppo_job": ppo, "chain": [sft_model, rm_model, distill_model, ppo_model]}
+
+
+@pytest.fixture(scope="package")
+def method_jobs(database):
+    """A project with one finished job per supervised method (SFT, DPO, reward model, distilled RM) whose
+    events carry that method's metrics, training and validation: method -> (key, job id)."""
+    from core.models import utcnow
+
+    project_id, key = _project(f"console-methods-{secrets.token_hex(4)}")
+    file_id = _file(project_id)
+    jobs = {}
+    for method in ("sft", "dpo", "reward_model", "rm_distill"):
+        spec = {"type": method, **({"teacher": "/models/base"} if method == "rm_distill" else {})}
+        job = _job(project_id, file_id, "/models/base", spec, status="succeeded", started_at=utcnow() - timedelta(seconds=75),
+                   finished_at=utcnow(), progress={"step": 12, "total_steps": 12},
+                   manifest=_manifest(file_id, method, {"optim": {"lr": 1e-4}}))
+        _events(job, [("job.status", {"status": "running"})]
+                + [("job.metrics", _method_metrics(method, step)) for step in range(1, 13)]
+                + [("job.status", {"status": "succeeded"}), ("job.done", {"status": "succeeded"})])
+        jobs[method] = job
+    return key, jobs
 
 
 @pytest.fixture(scope="package")

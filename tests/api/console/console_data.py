@@ -95,4 +95,64 @@ def _metrics(step: int, total: int) -> dict:
     return {"step": step, "total_steps": total, "values": {
         "critic/score/mean": 0.2 + 0.6 * x, "actor/ppo_kl": 0.01 * (1 + x), "actor/entropy": 2.0 - x,
         "actor/pg_loss": 0.5 * (1 - x), "critic/vf_loss": 1.0 - 0.8 * x, "response_length/mean": 8 + 4 * x,
-        "timing_s/step": 1.2, "perf/throughput": 300 + 10 * step, **({"val/reward/mean": 0.3 + 0.5 * x} if step % 5 == 0 else {})}}
+        "timing_s/step": 1.2, "perf/throughput": 300 + 10 * step, "perf/total_num_tokens": 1000, **({"val/reward/mean": 0.3 + 0.5 * x} if step % 5 == 0 else {})}}
+
+
+def _samples(step: int) -> dict:
+    """A `job.samples` event as PPO logs it: a few decoded rollouts of the step."""
+    return {"step": step, "rows": [{"prompt": f"What is {step} + {i}?", "response": f"It is {step + i}.",
+                                    "reward": 1.0 if i % 2 == 0 else 0.0} for i in range(3)]}
+
+
+def _method_metrics(method: str, step: int) -> dict:
+    """One step of a supervised method's metrics, under the engine's names; validation every 4 steps."""
+    x = step / 12
+    val = step % 4 == 0
+    values = {
+        "sft": {"train/loss": 2.0 - x, "train/token_accuracy": 0.3 + 0.5 * x, "train/lr": 1e-4,
+                **({"train/skipped_step": 0.0} if step == 12 else {}),
+                "perf/tokens_per_s": 900.0, **({"val/loss": 2.1 - x, "val/token_accuracy": 0.3 + 0.4 * x} if val else {})},
+        "dpo": {"train/loss": 0.69 - 0.3 * x, "rewards/accuracies": 0.5 + 0.4 * x, "rewards/margins": 0.5 * x,
+                "perf/tokens_per_s": 800.0, **({"val/loss": 0.7 - 0.25 * x, "val/rewards/accuracies": 0.5 + 0.3 * x} if val else {})},
+        "reward_model": {"rm/loss": 0.69 - 0.3 * x, "rm/accuracy": 0.5 + 0.4 * x, "rm/margin_mean": x,
+                         **({"val/rm/accuracy": 0.5 + 0.35 * x, "val/rm/loss": 0.7 - 0.2 * x} if val else {})},
+        "rm_distill": {"distill/loss": 1.0 - 0.5 * x, "distill/agreement": 0.6 + 0.3 * x, "distill/kl": 0.5 - 0.3 * x,
+                       **({"distill/val_loss": 1.05 - 0.5 * x} if val else {})},
+    }[method]
+    return {"step": step, "total_steps": 12, "values": values}
+
+
+def _manifest(file_id: str, method: str, config: dict) -> dict:
+    """A recorded manifest (what `workers.manifest` writes when an attempt starts) with `config`."""
+    return {"version": 1, "job_id": "x", "attempt": 1, "recorded_at": 1767052800, "method": method,
+            "packages": {"keel": "0.1.0", "torch": "2.5.1", "transformers": "4.46.0", "peft": None, "vllm": None,
+                         "ray": "2.40.0"},
+            "config": config, "resources": {"num_workers": 1}, "seeds": {"seed": 0},
+            "datasets": {"training_file": {"id": file_id, "sha256": "ab" * 32}, "validation_file": None},
+            "base_model": {"ref": "/models/base", "sha256": "cd" * 32, "algorithm": "sampled-sha256-v1"},
+            "hardware": {"cpu_model": "Test CPU", "cpu_count": 8, "memory_bytes": 2**34, "gpus": [], "ray_nodes": 1},
+            "image_digest": None, "from_checkpoint": None, "forked_from": None}
+
+
+def _trainer(project_id: str, losses: list[float]) -> str:
+    """An idle LoRA trainer whose operations are forward_backward + optim_step pairs with these losses."""
+    from datetime import timedelta
+
+    from core.db import session_scope
+    from core.models import Trainer, TrainerOperation, utcnow
+
+    now = utcnow()
+    with session_scope() as db:
+        trainer = Trainer(project_id=project_id, status="idle", model="/models/base", base_model_path="/models/base",
+                          lora={"rank": 8}, step=len(losses), tokens=64 * len(losses), last_op_seq=2 * len(losses))
+        db.add(trainer)
+        db.flush()
+        for i, loss in enumerate(losses):
+            at = now - timedelta(seconds=60 - i)
+            db.add(TrainerOperation(trainer_id=trainer.id, project_id=project_id, seq=2 * i + 1, kind="forward_backward",
+                                    status="succeeded", tokens=64, result={"metrics": {"loss:sum": loss}},
+                                    created_at=at, started_at=at, finished_at=at))
+            db.add(TrainerOperation(trainer_id=trainer.id, project_id=project_id, seq=2 * i + 2, kind="optim_step",
+                                    status="succeeded", result={"step": i + 1, "metrics": {}},
+                                    created_at=at, started_at=at, finished_at=at))
+        return trainer.id

@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.api.console.console_data import ROOT, SFT_ROWS, VIEWPORTS, _events, _file, _job, _project
+from tests.api.console.console_data import (
+    ROOT,
+    SFT_ROWS,
+    VIEWPORTS,
+    _events,
+    _file,
+    _job,
+    _manifest,
+    _project,
+)
 
 
 def test_console_is_served_offline_and_kept_out_of_the_schema(client):
@@ -61,9 +70,13 @@ def test_every_page_renders(tabs, seeded, viewport, tmp_path):
     tab.goto(f"/jobs/{seeded['ppo_job']}")
     page.wait_for_selector(".stream-state[data-state=done]")
     charts = page.locator("#charts")
-    assert int(charts.get_attribute("data-points")) == 30 * 8 + 6
+    assert int(charts.get_attribute("data-points")) == 30 * 9 + 6
     groups = page.eval_on_selector_all(".chart-group", "els => els.map(e => e.dataset.group)")
-    assert groups[:4] == ["critic", "actor", "response_length", "val"] and {"timing_s", "perf"} <= set(groups)
+    # PPO's key metrics lead in their own row; validation reward shares the training reward's chart.
+    keys = page.eval_on_selector_all("#key-metrics .chart", "els => els.map(e => e.dataset.metric)")
+    assert keys == ["critic/score/mean", "actor/ppo_kl", "actor/entropy", "response_length/mean", "perf/throughput"]
+    assert page.get_attribute("#key-metrics .chart[data-metric='critic/score/mean']", "data-points") == str(30 + 6)
+    assert groups == ["critic", "actor", "timing_s", "perf"]
     assert page.locator("#checkpoints tbody tr").count() == 3
     assert page.locator("#checkpoints button[data-checkpoint]").count() == 3  # downloads: the e2e test
     assert page.locator("#events li[data-type='job.warning']").count() == 2
@@ -126,7 +139,7 @@ def test_job_page_charts_grow_while_metrics_stream(tabs, seeded):
     project_id = _project(f"console-live-{secrets.token_hex(3)}")
     file_id = _file(project_id[0])
     job = _job(project_id[0], file_id, "/models/base", {"type": "sft"}, status="running", started_at=utcnow(),
-               heartbeat_at=utcnow(), progress={"step": 0, "total_steps": 20})
+               heartbeat_at=utcnow(), progress={"step": 0, "total_steps": 20}, manifest=_manifest(file_id, "sft", {}))
     try:
         _events(job, [("job.status", {"status": "running"})] + [("job.metrics", {
             "step": s, "total_steps": 20, "values": {"train/loss": 3.0 / s, "train/lr": 1e-3}}) for s in (1, 2, 3)])

@@ -1,10 +1,15 @@
-// One job: summary, cancel, pause / resume, live metric charts with checkpoint and warning markers, the event log,
-// checkpoints and the output model with download buttons, and the job's manifest (collapsed; read when opened).
-// Everything live comes from the SSE stream (replayed from the start, so history and live updates take the same path).
+// One job: its method's key metrics first, then the summary (timestamps to the second, duration), cancel,
+// pause / resume, every metric chart with its view controls, the rollout samples, the resolved
+// configuration, checkpoints and the output model with download buttons, the event log, and the
+// manifest (collapsed; read when opened). Everything live comes from the SSE stream (replayed from the
+// start, so history and live updates take the same path).
 
 import { api, download, followEvents } from "../api.js";
 import { MetricCharts } from "../charts.js";
-import { badge, bytes, clear, duration, errorBox, h, progressBar, table, when } from "../ui.js";
+import { configView } from "../config.js";
+import { viewControls, viewFromQuery } from "../metricview.js";
+import { SamplesTable } from "../samples.js";
+import { badge, bytes, clear, duration, errorBox, h, ident, progressBar, table, when } from "../ui.js";
 
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 const LOG_LIMIT = 500;
@@ -14,6 +19,9 @@ export async function jobPage(main, [jobId], page) {
   const head = h("div.page-head");
   const summary = h("div.card.summary");
   const chartsRoot = h("div#charts.charts", { "aria-live": "off" });
+  const keyRow = h("div#key-metrics.key-row", { "aria-live": "off" });
+  const samplesRoot = h("div#samples");
+  const configBody = h("div#config-body", h("p.muted", "Loading…"));
   const logList = h("ol#events.events");
   const checkpoints = h("div#checkpoints");
   const manifestBody = h("div#manifest-body");
@@ -24,19 +32,27 @@ export async function jobPage(main, [jobId], page) {
   let metricEvents = 0;
   const metricCount = h("span.muted");
 
-  main.append(head, notice, summary,
+  const charts = new MetricCharts(chartsRoot, { keyRoot: keyRow, method: job.method.type, view: viewFromQuery(page.query) });
+  page.onLeave(() => charts.destroy());
+  const samples = new SamplesTable(samplesRoot);
+
+  main.append(head, notice,
+    h("section.card.key-card", h("div.section-head", h("h3", "Key metrics"), streamState), keyRow),
+    summary,
     h("section.card",
-      h("div.section-head", h("h3", "Metrics"), streamState),
-      h("p.muted.small", "Drag across a chart to zoom into steps; double-click to zoom out. ",
+      h("div.section-head", h("h3", "Metrics")),
+      viewControls(charts),
+      h("p.muted.small", "Drag across a chart to zoom into steps; double-click to zoom out; ☆ pins a chart. ",
+        "Validation is drawn on its training quantity's chart, in orange. ",
         h("span.key-ckpt", "◆ checkpoint"), " ", h("span.key-warn", "⚠ warning")),
       chartsRoot),
+    h("section.card", h("h3", "Rollout samples"), samplesRoot),
+    h("section.card#config", h("h3", "Configuration"), configBody),
     h("div.two-col",
       h("section.card", h("h3", "Checkpoints"), checkpoints),
       h("section.card", h("div.section-head", h("h3", "Events"), metricCount), h("div.events-wrap", logList))),
     manifest);
 
-  const charts = new MetricCharts(chartsRoot);
-  page.onLeave(() => charts.destroy());
 
   function renderHead() {
     const cancel = TERMINAL.has(job.status) || job.status === "cancelling" ? null
@@ -45,7 +61,7 @@ export async function jobPage(main, [jobId], page) {
       ? h("button#pause", { type: "button", onclick: (e) => act(e, "pause") }, "Pause")
       : job.status === "paused" ? h("button#resume", { type: "button", onclick: (e) => act(e, "resume") }, "Resume")
         : null;
-    clear(head, h("h2", h("a", { href: "#/jobs" }, "Jobs"), " / ", h("span.mono", job.id)), badge(job.status), pause,
+    clear(head, h("h2", h("a", { href: "#/jobs" }, "Jobs"), " / ", ident(job.id)), badge(job.status), pause,
       cancel);
   }
 
@@ -55,23 +71,24 @@ export async function jobPage(main, [jobId], page) {
     if (m.teacher) refs.push(["Teacher", m.teacher]);
     if (m.reward?.model) refs.push(["Reward model", m.reward.model]);
     if (m.reward?.function) refs.push(["Reward function", m.reward.function]);
-    const output = job.output_model ? h("span", h("span.mono", job.output_model), " ",
+    const output = job.output_model ? h("span", ident(job.output_model), " ",
       h("button.small#download-model", { type: "button",
         onclick: () => download(`/v1/models/${job.output_model}/content`, `${job.output_model}.tar`).catch(show) },
       "Download")) : "—";
     const rows = [
-      ["Method", m.type], ["Base model", h("span.mono", job.model)], ...refs,
-      ["Training file", h("span.mono", job.training_file)], ["Validation file", job.validation_file || "—"],
+      ["Method", m.type], ["Base model", ident(job.model)], ...refs.map(([k, v]) => [k, ident(v)]),
+      ["Training file", ident(job.training_file)], ["Validation file", ident(job.validation_file)],
       ["Progress", progressBar(job.progress)],
       ["ETA", job.status === "running" ? duration(job.progress.seconds_remaining) : "—"],
       ["Created", when(job.created_at)], ["Started", when(job.started_at)], ["Finished", when(job.finished_at)],
+      ["Duration", h("span#duration", job.started_at ? duration((job.finished_at || Date.now() / 1000) - job.started_at) : "—")],
       ["Output model", output],
     ];
     if (job.queue_position) rows.push(["Queue position", String(job.queue_position)]);
     if (job.forked_from) {
       const f = job.forked_from;
       rows.push(["Forked from", h("span", h("a.mono", { href: `#/jobs/${encodeURIComponent(f.job)}` }, f.job),
-        ` at step ${f.step} (`, h("span.mono", f.checkpoint), ")")]);
+        ` at step ${f.step} (`, ident(f.checkpoint), ")")]);
     }
     if (job.error) rows.push(["Error", h("span.error-text", `${job.error.code}: ${job.error.message}`)]);
     clear(summary, h("dl.kv", rows.map(([k, v]) => [h("dt", k), h("dd", v)])));
@@ -104,7 +121,7 @@ export async function jobPage(main, [jobId], page) {
       const page_ = await api(`/v1/jobs/${encodeURIComponent(job.id)}/checkpoints`, { query: { limit: 100 }, signal: page.signal });
       clear(checkpoints, table([
         { title: "Step", render: (c) => String(c.step) },
-        { title: "Checkpoint", render: (c) => h("span.mono", c.id) },
+        { title: "Checkpoint", render: (c) => ident(c.id) },
         { title: "Size", render: (c) => bytes(c.bytes) },
         { title: "", render: (c) => h("button.small", { type: "button", dataset: { checkpoint: c.id },
           onclick: () => download(`/v1/checkpoints/${c.id}/content`, `${c.id}.tar`).catch(show) }, "Download") },
@@ -113,9 +130,30 @@ export async function jobPage(main, [jobId], page) {
   }
 
   // GET /v1/jobs/{id}/manifest: what the latest attempt ran with (404 manifest_not_ready until it starts).
-  async function loadManifest() {
+  let manifestAnswer = null;
+  function fetchManifest(again = false) {
+    if (!manifestAnswer || again) manifestAnswer = api(`/v1/jobs/${encodeURIComponent(job.id)}/manifest`, { signal: page.signal });
+    return manifestAnswer;
+  }
+
+  // The configuration as the engine ran it (the manifest's), else the hyperparameters as requested.
+  async function loadConfig(again = false) {
     try {
-      const m = await api(`/v1/jobs/${encodeURIComponent(job.id)}/manifest`, { signal: page.signal });
+      // Not started: no manifest yet (asking would only log a 404).
+      if (!job.started_at) throw Object.assign(new Error("not started"), { code: "manifest_not_ready" });
+      const m = await fetchManifest(again);
+      clear(configBody, configView(m.config, `Resolved by the engine for attempt ${m.attempt ?? "—"} (the manifest's config).`));
+    } catch (err) {
+      if (page.signal.aborted) return;
+      if (err.code !== "manifest_not_ready") { clear(configBody, errorBox(err)); return; }
+      clear(configBody, configView(job.method.hyperparameters || {},
+        "The hyperparameters as requested: the resolved configuration is recorded when a worker starts the job."));
+    }
+  }
+
+  async function loadManifest(again = false) {
+    try {
+      const m = await fetchManifest(again);
       const hw = m.hardware || {};
       const gpus = (hw.gpus || []).map((g) => g.name).join(", ") || "none";
       const files = Object.entries(m.datasets || {}).filter(([, f]) => f)
@@ -125,14 +163,14 @@ export async function jobPage(main, [jobId], page) {
         ["Packages", Object.entries(m.packages).map(([k, v]) => `${k} ${v ?? "—"}`).join(" · ")],
         ["Seeds", Object.entries(m.seeds).map(([k, v]) => `${k}=${v}`).join(", ")],
         ["Datasets", files],
-        ["Base model", h("span", h("span.mono", m.base_model.ref), " ", h("span.mono.muted", (m.base_model.sha256 || "").slice(0, 16)))],
+        ["Base model", h("span", ident(m.base_model.ref), " ", h("span.mono.muted", (m.base_model.sha256 || "").slice(0, 16)))],
         ["Hardware", `${hw.cpu_model || "CPU"} × ${hw.cpu_count ?? "?"}, ${bytes(hw.memory_bytes)}, GPUs: ${gpus}` +
           (hw.ray_nodes ? `, ${hw.ray_nodes} Ray node${hw.ray_nodes === 1 ? "" : "s"}` : "")],
         ["Image", m.image_digest ? h("span.mono", m.image_digest) : "—"],
       ];
       if (m.forked_from) rows.push(["Forked from", `${m.forked_from.job} at step ${m.forked_from.step}`]);
       clear(manifestBody, h("dl.kv", rows.map(([k, v]) => [h("dt", k), h("dd", v)])),
-        h("details", h("summary.small", "Resolved config (JSON)"), h("pre.small", JSON.stringify(m.config, null, 2))));
+        h("details", h("summary.small", "Whole manifest (JSON)"), h("pre.small", JSON.stringify(m, null, 2))));
     } catch (err) {
       if (page.signal.aborted) return;
       clear(manifestBody, err.code === "manifest_not_ready"
@@ -153,13 +191,16 @@ export async function jobPage(main, [jobId], page) {
     const d = event.data || {};
     switch (event.type) {
       case "job.metrics":
-        charts.addMetrics(d.step, d.values);
+        charts.addMetrics(d.step, d.values, event.created_at);
         metricEvents++;
         metricCount.textContent = `${metricEvents} metrics events (charted, not listed)`;
         if (typeof d.step === "number") {
           job.progress = { ...job.progress, step: d.step, total_steps: d.total_steps ?? job.progress.total_steps };
           summary.querySelector(".progress")?.replaceWith(progressBar(job.progress));
         }
+        return;
+      case "job.samples":
+        samples.add(d.step, d.rows);
         return;
       case "job.checkpoint":
         charts.addMarker("checkpoint", d.step, d.checkpoint_id);
@@ -175,7 +216,11 @@ export async function jobPage(main, [jobId], page) {
       case "job.status":
         log(event, d.status + (d.reason ? ` (${d.reason})` : ""));
         refresh();
-        if (manifest.open && d.status === "running") loadManifest();  // a new attempt records its own
+        if (d.status === "running") {  // a new attempt records its own manifest
+          manifestAnswer = null;
+          loadConfig();
+          if (manifest.open) loadManifest();
+        }
         return;
       case "job.error":
         log(event, `${d.code || "error"}: ${d.message || ""}`, "err");
@@ -204,6 +249,7 @@ export async function jobPage(main, [jobId], page) {
   renderHead();
   renderSummary();
   loadCheckpoints();
+  loadConfig();
   page.every(5000, () => { if (!TERMINAL.has(job.status)) refresh(); });
   const states = { live: "live", reconnecting: "reconnecting…", done: "finished" };
   followEvents(job.id, {

@@ -5,6 +5,7 @@
 // `param` names; inside the hyperparameters the key is selected.
 
 import { api, listAll } from "../api.js";
+import { memoryPlanView } from "../memplan.js";
 import { clear, errorBox, h } from "../ui.js";
 
 const METHODS = ["sft", "reward_model", "rm_distill", "dpo", "ppo", "eval"];
@@ -111,7 +112,7 @@ export async function newJobPage(main, _params, page) {
     try {
       const spec = body();
       const out = await api("/v1/jobs", { method: "POST", body: spec, query: dryRun ? { dry_run: "true" } : {}, idempotent: !dryRun });
-      if (dryRun) { result.append(h("pre.code", JSON.stringify(out, null, 2))); return; }
+      if (dryRun) { result.append(memoryPlanView(out)); return; }
       location.hash = `#/jobs/${out.id}`;
     } catch (err) {
       showProblem(err);
