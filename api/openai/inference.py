@@ -199,6 +199,7 @@ async def _relay(upstream: httpx.Response, call: metrics.Call, caller: CurrentCa
     usage: dict[str, Any] = {}
     extras: dict[str, Any] = {}
     outcome = "error"
+    settled = False
     try:
         async for line in upstream.aiter_lines():
             if not line.startswith("data:"):
@@ -206,6 +207,11 @@ async def _relay(upstream: httpx.Response, call: metrics.Call, caller: CurrentCa
             data = line[5:].strip()
             if data == "[DONE]":
                 outcome = "ok"
+                # Recorded before the caller sees the end: its next call may read the trajectory.
+                call.finish(outcome, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
+                with anyio.CancelScope(shield=True):
+                    await _after(caller, body, usage, extras or None)
+                settled = True
                 yield b"data: [DONE]\n\n"
                 break
             chunk = json.loads(data)
@@ -233,8 +239,9 @@ async def _relay(upstream: httpx.Response, call: metrics.Call, caller: CurrentCa
     finally:
         with anyio.CancelScope(shield=True):  # a client gone mid-stream still used its tokens
             await upstream.aclose()
-            call.finish(outcome, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
-            await _after(caller, body, usage, extras or None)
+            if not settled:
+                call.finish(outcome, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
+                await _after(caller, body, usage, extras or None)
 
 
 def _event(chunk: dict[str, Any]) -> bytes:
