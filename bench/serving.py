@@ -109,7 +109,7 @@ def memory(base: str, count: int) -> dict:
 
     from engine.serving.engine import CpuEngine
 
-    adapters = _adapters(base, count, out_dir() / "serving_adapters")
+    adapters = _adapters(base, count, out_dir() / "serving_adapters" / Path(base).name)
     gc.collect()
     before = _rss()
     engine = CpuEngine(base)
