@@ -24,3 +24,36 @@ def ray_local():
     connect(None, num_cpus=2)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Session tests run torch on one thread (as a trainer's actor does), then restore the count."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def sft_rows(demo_assets):
+    from engine import data as data_lib
+
+    return data_lib.load_rows(demo_assets["sft_train"], "sft")
+
+
+@pytest.fixture
+def sft_datums(sft_rows, demo_assets):
+    """`sft_datums(n, offset)`: cross-entropy datums of demo SFT rows (weight 0.1 per response token)."""
+    from trainer_sessions import sft_datums_of
+
+    from engine.models import load_tokenizer
+
+    tokenizer = load_tokenizer(demo_assets["model"])
+
+    def build(n=4, *, offset=0):
+        return sft_datums_of(tokenizer, sft_rows[offset:offset + n])
+
+    return build
