@@ -33,7 +33,10 @@ class VllmEngine:
         from engine.models import load_tokenizer
 
         self.tokenizer = load_tokenizer(path)
-        self.max_model_len = int(self.llm.engine.model_config.max_model_len) if hasattr(self.llm, "engine") \
+        # V1's AsyncLLM holds the model config itself, V0's engine under `.engine`.
+        config = getattr(self.llm, "model_config", None) or getattr(getattr(self.llm, "engine", None),
+                                                                    "model_config", None)
+        self.max_model_len = int(config.max_model_len) if config is not None \
             else int(max_model_len or self.tokenizer.model_max_length)
         self.adapters: dict[str, Any] = {}
         self._ids = itertools.count(1)
