@@ -6,6 +6,7 @@ included) and 0 on padding.
 """
 
 from engine.algos.advantages import compute_gae, compute_grpo_advantages
+from engine.algos.distill import reverse_kl_rewards
 from engine.algos.kl import (
     KL_KINDS,
     AdaptiveKLController,
@@ -68,5 +69,6 @@ __all__ = [
     "overlong_penalty",
     "policy_loss",
     "ppo_threshold_loss",
+    "reverse_kl_rewards",
     "value_loss",
 ]

@@ -10,6 +10,7 @@ import types
 import typing
 from typing import Any, Literal
 
+from engine.config.distill import DistillConfig, DistillPolicyConfig
 from engine.config.evaluation import EvalConfig
 from engine.config.job import Resources
 from engine.config.ppo import (
@@ -31,6 +32,7 @@ METHOD_CONFIGS: dict[str, type] = {
     "rm_distill": RMDistillConfig,
     "dpo": DPOConfig,
     "ppo": PPOConfig,
+    "distill_policy": DistillPolicyConfig,
     "eval": EvalConfig,
 }
 
@@ -173,6 +175,26 @@ def _check(config: Any, prefix: str) -> None:
     _check_sequence_parallel(config, prefix)
     if isinstance(config, PPOConfig):
         _check_pipelined(config, prefix)
+    if isinstance(config, DistillConfig) and not config.reverse_kl_coef > 0:
+        fail("reverse_kl_coef", f"{prefix}reverse_kl_coef must be positive")
+    if isinstance(config, DistillConfig) and not config.task_reward_weight >= 0:
+        fail("task_reward_weight", f"{prefix}task_reward_weight must not be negative")
+    if isinstance(config, DistillPolicyConfig):
+        _check_distill(config, prefix)
+
+
+def _check_distill(config: DistillPolicyConfig, prefix: str) -> None:
+    """The teacher scores the tokens a step samples, in the step: what reuses or generates rows
+    elsewhere has no teacher log-probs."""
+    if config.algorithm.adv_estimator == "remax":
+        raise ConfigError("distill_policy does not support adv_estimator remax (its greedy baseline has no "
+                          "teacher reward)", param=prefix + "algorithm.adv_estimator")
+    if config.guardrails.reward_filter.replay_buffer_size:
+        raise ConfigError("distill_policy does not replay samples (a replayed sample has no teacher log-probs)",
+                          param=prefix + "guardrails.reward_filter.replay_buffer_size")
+    if config.rollout.mode != "sync" or not config.rollout.colocate:
+        raise ConfigError("distill_policy needs rollout.mode sync with rollout.colocate true (the teacher scores "
+                          "each batch in its step)", param=prefix + "rollout.mode")
 
 
 def _check_pipelined(config: PPOConfig, prefix: str) -> None:

@@ -32,6 +32,8 @@ class RoleDispatch:
         lora: the actor computes the reference log-probs (adapter off); there is no `ref` role.
         use_critic: a `critic` role exists (GAE).
         on_policy: the actor takes the old log-probs from its update's own forward (no `old` pass).
+
+    A `teacher` role (on-policy distillation) computes its log-probs of every generated batch too.
     """
 
     def __init__(self, roles: Any, cfg: PPOConfig, *, num_workers: int, num_mini_batches: int, lora: bool,
@@ -39,6 +41,7 @@ class RoleDispatch:
         self.roles, self.cfg = roles, cfg
         self.num_workers, self.num_mini_batches = num_workers, num_mini_batches
         self.lora, self.use_critic, self.on_policy = lora, use_critic, on_policy
+        self.teacher = "teacher" in roles  # distill_policy: the teacher scores each generated batch
 
     def gather(self, refs: dict[str, list[Any]], deadline: float, phase: str, step: int) -> dict[str, list[Any]]:
         """One `ray.get` for every ref of a phase of `step`, bounded by the step's deadline."""
@@ -65,7 +68,7 @@ class RoleDispatch:
         """
         roles = self.roles
         shards, _ = shard_rows(len(prompts), 1 if validate else self.num_mini_batches, self.num_workers)
-        refs: dict[str, list[Any]] = {k: [] for k in ("batch", "gen", "old", "ref", "values", "scores")}
+        refs: dict[str, list[Any]] = {k: [] for k in ("batch", "gen", "old", "ref", "values", "scores", "teacher")}
         ref_role = roles["actor"] if self.lora else roles["ref"]
         idle = (["actor"] if validate else ["actor", "actor", "critic"])
         for w, rows in enumerate(shards):
@@ -82,6 +85,8 @@ class RoleDispatch:
                 then.append(("ref", ref_role, "compute_ref_log_prob", ()))
                 if self.use_critic:
                     then.append(("values", roles["critic"], "compute_values", ()))
+                if self.teacher:
+                    then.append(("teacher", roles["teacher"], "compute_teacher_log_prob", ()))
             batch, seconds, *outs = roles["actor"].submit_then(
                 w, "generate", ([prompts[i] for i in rows], [seeds[i] for i in rows], validate, greedy),
                 [(group, method, args) for _, group, method, args in then], num_returns=2)

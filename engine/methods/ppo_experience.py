@@ -3,7 +3,7 @@ buffer), dynamic sampling's group selection, the step's advantages (PF-PPO filte
 in the reward, the estimator the job chose) and the step's metrics.
 
 Rollouts are the dicts `engine.methods.ppo_rollout.collect` returns: `batch` (a `Batch`), per-row tensors
-`old`, `ref`, `values` (None without a critic), `scores`, and `uids` (prompt id per row), `prompts`,
+`old`, `ref`, `values` (None without a critic), `teacher` (distillation only), `scores`, and `uids` (prompt id per row), `prompts`,
 `new_rows`, `replayed`, `timing`. No Ray, no I/O.
 """
 
@@ -32,13 +32,14 @@ from engine.algos import (
     masked_mean,
     masked_var,
     overlong_penalty,
+    reverse_kl_rewards,
 )
 from engine.config import AlgorithmConfig, PPOConfig
 from engine.guardrails import ReplayBuffer, reward_filter_mask
 from engine.roles.base import MetricSums
 from engine.roles.batch import concat, select
 
-_ROW_TENSORS = ("old", "ref", "values", "scores", "baselines", "overlong")
+_ROW_TENSORS = ("old", "ref", "values", "scores", "baselines", "overlong", "teacher")
 
 
 def shape_scores(scores: torch.Tensor, response_lengths: torch.Tensor, cfg: PPOConfig) -> tuple[torch.Tensor,
@@ -130,6 +131,11 @@ def step_advantages(cfg: PPOConfig, rollout: dict[str, Any], kl_ctrl: AdaptiveKL
     lengths = mask.sum(-1)
     token_scores = torch.zeros(mask.shape, dtype=torch.float32)
     token_scores[torch.arange(len(scores)), (lengths - 1).clamp(min=0)] = scores
+    reverse_kl = None
+    if rollout.get("teacher") is not None:  # on-policy distillation: the teacher's reward on every token
+        d = cfg.distill
+        token_scores, reverse_kl = reverse_kl_rewards(token_scores, rollout["old"], rollout["teacher"], mask,
+                                                      kl_coef=d.reverse_kl_coef, task_weight=d.task_reward_weight)
     new_rows = rollout["new_rows"]
     keep = torch.ones(len(scores), dtype=torch.bool)
     rf = cfg.guardrails.reward_filter
@@ -154,7 +160,8 @@ def step_advantages(cfg: PPOConfig, rollout: dict[str, Any], kl_ctrl: AdaptiveKL
                       "score": float(scores[i])} for i in range(new_rows) if keep[i]])
     return {"rewards": rewards, "advantages": adv, "returns": returns, "raw_advantages": raw_advantages,
             "keep": keep, "loss_mask": loss_mask, "current_kl": current_kl, "beta": beta,
-            "seconds": time.perf_counter() - start}
+            "reverse_kl": reverse_kl, "seconds": time.perf_counter() - start}
+
 
 
 def step_metrics(cfg: PPOConfig, rollout: dict[str, Any], adv: dict[str, Any], updates: dict[str, list[Any]], *,
@@ -207,6 +214,10 @@ def step_metrics(cfg: PPOConfig, rollout: dict[str, Any], adv: dict[str, Any], u
         metrics["reward/overlong_penalty/mean"] = float(rollout["overlong"].mean())
     if rollout["baselines"] is not None:
         metrics["critic/score_baseline/mean"] = float(rollout["baselines"].mean())
+    if adv.get("reverse_kl") is not None:
+        mask = batch["response_mask"][new]
+        metrics["distill/reverse_kl/mean"] = float(masked_mean(adv["reverse_kl"][new], mask))
+        metrics["distill/teacher_logprob/mean"] = float(masked_mean(rollout["teacher"][new].float(), mask))
     return metrics
 
 

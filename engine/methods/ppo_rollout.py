@@ -26,7 +26,7 @@ def collect(dispatch: RoleDispatch, cfg: PPOConfig, prompts: list[PromptExample]
     greedy baseline's scores: one submission, one gather.
 
     Returns the batch in row order (prompt-major) with `old`, `ref`, `values` (None without a
-    critic), `scores`, `baselines` (ReMax, else None), `overlong` (the penalties, or None),
+    critic), `teacher` (a distillation teacher's log-probs, else None), `scores`, `baselines` (ReMax, else None), `overlong` (the penalties, or None),
     `uids` (prompt index per row), `prompts`, `new_rows` (rows sampled now; replayed rows follow),
     `replayed` and the workers' timings.
 
@@ -61,6 +61,7 @@ def collect(dispatch: RoleDispatch, cfg: PPOConfig, prompts: list[PromptExample]
         "ref": torch.cat([o["log_probs"] for o in out["ref"]])[inverse],
         "values": torch.cat([o["values"] for o in out["values"]])[inverse] if use_critic else None,
         "scores": torch.cat([o["scores"] for o in out["scores"]])[inverse],
+        "teacher": torch.cat([o["log_probs"] for o in out["teacher"]])[inverse] if out["teacher"] else None,
         "baselines": None, "overlong": None,
         "uids": uids, "prompts": rows, "new_rows": len(rows), "replayed": len(replayed),
         "timing": {
@@ -70,6 +71,7 @@ def collect(dispatch: RoleDispatch, cfg: PPOConfig, prompts: list[PromptExample]
             "timing_s/ref": max(o["time_s"] for o in out["ref"]),
             "timing_s/reward": max(o["time_s"] for o in out["scores"]),
             **({"timing_s/values": max(o["time_s"] for o in out["values"])} if use_critic else {}),
+            **({"timing_s/teacher": max(o["time_s"] for o in out["teacher"])} if out["teacher"] else {}),
         },
     }
     if replayed:  # replayed rows: fresh log-probs and values, the scores they earned

@@ -39,6 +39,7 @@ from engine.roles.local import RoleSpec, submit_then
 from engine.roles.reference import Reference
 from engine.roles.reward import Reward
 from engine.roles.rollout_worker import RolloutWorker
+from engine.roles.teacher import Teacher
 from engine.runtime.cluster import code_options
 from engine.runtime.distributed import WorkerLost, is_collective_failure, placement_strategy, worker_threads
 
@@ -90,7 +91,7 @@ class Colocated:
 
 
 REMOTE_CLASSES: dict[type, Any] = ({cls: ray.remote(cls)
-                                    for cls in (ActorRollout, Critic, Reference, Reward, RolloutWorker, Colocated)}
+                                    for cls in (ActorRollout, Critic, Reference, Reward, RolloutWorker, Teacher, Colocated)}
                                    if ray is not None else {})
 """Each role class (and the colocated host) wrapped with `ray.remote`, once."""
 

@@ -53,6 +53,7 @@ ENTRY_POINTS: dict[str, tuple[str, str]] = {
     "rm_distill": ("engine.methods.rm_distill", "run_rm_distill"),
     "dpo": ("engine.methods.dpo", "run_dpo"),
     "ppo": ("engine.methods.ppo", "run_ppo"),
+    "distill_policy": ("engine.methods.distill_policy", "run_distill_policy"),
     "eval": ("engine.methods.evaluate", "run_eval"),
 }
 """Method name -> (module, function); imported only when a job of that method runs."""
