@@ -17,9 +17,13 @@ from sqlalchemy import update
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/redoc", "/openapi.json", "/metrics",
-                          "/", "/console/{asset:path}"})  # the web console: static files, it asks for a key
+                          "/", "/console/{asset:path}",  # the web console: static files, it asks for a key
+                          "/api/v1/healthz"})  # the Tinker room's probe
 """The routes that answer without a key (`/metrics` takes KEEL_METRICS_TOKEN instead, when set); the
 docs' static assets (a mount) are public too."""
+SIGNED_PATHS = frozenset({"/api/v1/external_weights/{model_id}/{file:path}"})
+"""Routes that take no key because a signed link is the permission (the Tinker room's checkpoint
+downloads, `api.tinker.runs`): tests/security/test_tinker_tenancy.py checks the signature instead."""
 
 DOCS_ASSETS_PREFIX = "/docs-assets"
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -95,6 +99,10 @@ def is_public(info: RouteInfo) -> bool:
         DOCS_ASSETS_PREFIX + "/")
 
 
+def is_signed(info: RouteInfo) -> bool:
+    return info.path in SIGNED_PATHS
+
+
 def path_params(path: str) -> list[str]:
     return [part[1:-1].split(":")[0] for part in path.split("/") if part.startswith("{") and part.endswith("}")]
 
@@ -127,16 +135,44 @@ class World:
     trainer_id: str = ""
     """A trainer with one (failed) operation, deleted: its event stream ends at once."""
     operation_id: str = ""
+    tinker_session_id: str = ""
+    """A Tinker session (open), with one training client (`run_id`) and one sampling session."""
+    run_id: str = ""
+    """The training client's Tinker model id: a training run, a trainer that never ran."""
+    sampler_id: str = ""
+    tinker_checkpoint: str = ""
+    """`<segment>/<name>` of the run's one checkpoint (a sampler save, files on disk)."""
+    tinker_model_id: str = ""
+    """The Keel model that checkpoint is."""
 
     @property
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.key}"}
 
     @property
+    def tinker_headers(self) -> dict[str, str]:
+        """The key as the Tinker client sends it."""
+        return tinker_headers(self.headers)
+
+    @property
     def ids(self) -> dict[str, str]:
         return {"file_id": self.file_id, "job_id": self.job_id, "checkpoint_id": self.checkpoint_id,
                 "model_id": self.model_id, "webhook_id": self.webhook_id, "trainer_id": self.trainer_id,
                 "operation_id": self.operation_id}
+
+    @property
+    def tinker_ids(self) -> dict[str, str]:
+        """The Tinker room's path parameters (`/api/v1/...`; its `checkpoint_id` is `<segment>/<name>`)."""
+        return {"session_id": self.tinker_session_id, "run_id": self.run_id, "sampler_id": self.sampler_id,
+                "checkpoint_id": self.tinker_checkpoint, "model_id": self.tinker_model_id}
+
+    def ids_for(self, path: str) -> dict[str, str]:
+        return self.tinker_ids if path.startswith("/api/v1/") else self.ids
+
+
+def tinker_headers(auth: dict[str, str]) -> dict[str, str]:
+    """Bearer headers of a key -> the same key in the Tinker client's form (`X-API-Key: tml-...`)."""
+    return {"X-API-Key": "tml-" + auth["Authorization"].split()[1]}
 
 
 def build_world(client, keel_home: Path, monkeypatch, prefix: str = "world") -> World:
@@ -206,15 +242,58 @@ def build_world(client, keel_home: Path, monkeypatch, prefix: str = "world") -> 
     operation_id = r.json()["id"]
     assert client.delete(f"/v1/trainers/{trainer_id}", headers=auth).status_code == 200
     return World(project_id, key, file_id, spare_file_id, job_id, queued_job_id, checkpoint_id, model_id,
-                 webhook_id=webhook_id, trainer_id=trainer_id, operation_id=operation_id)
+                 webhook_id=webhook_id, trainer_id=trainer_id, operation_id=operation_id,
+                 **_tinker_world(client, tinker_headers(auth), prefix))
+
+
+def _tinker_world(client, tinker: dict[str, str], prefix: str) -> dict[str, str]:
+    """Through the Tinker room as its client calls it: a session, a training client on `org/name`, a
+    sampling session on the same base model, and a sampler save of the training client, which the
+    worker records (`workers.trainers.finish`) as if the engine had written these files."""
+    from core import trainers
+    from core.db import session_scope
+    from core.models import Trainer, TrainerOperation
+    from workers.trainers import finish
+
+    r = client.post("/api/v1/create_session", headers=tinker, json={"tags": [prefix], "sdk_version": "0.38.0"})
+    assert r.status_code == 200, r.text
+    session_id = r.json()["session_id"]
+    r = client.post("/api/v1/create_model", headers=tinker,
+                    json={"session_id": session_id, "model_seq_id": 0, "base_model": "org/name"})
+    assert r.status_code == 200, r.text
+    run_id = r.json()["model_id"]
+    r = client.post("/api/v1/create_sampling_session", headers=tinker,
+                    json={"session_id": session_id, "sampling_session_seq_id": 0, "base_model": "org/name"})
+    assert r.status_code == 200, r.text
+    sampler_id = r.json()["sampling_session_id"]
+    r = client.post("/api/v1/save_weights_for_sampler", headers=tinker,
+                    json={"model_id": run_id, "path": prefix, "seq_id": 1})
+    assert r.status_code == 200, r.text
+    with session_scope() as db:
+        op = db.get(TrainerOperation, r.json()["request_id"])
+        trainer = db.get(Trainer, op.trainer_id)
+        db.expunge_all()
+    saved = Path(trainers.state_root(trainer.id)) / "sampler_weights" / prefix  # where the engine writes it
+    saved.mkdir(parents=True)
+    (saved / "config.json").write_text("{}")
+    (saved / "model.safetensors").write_bytes(os.urandom(4096))
+    finish(trainer, op, result={"path": str(saved), "format": "hf", "step": 0})
+    with session_scope() as db:
+        result = db.get(TrainerOperation, op.id).result
+    return {"tinker_session_id": session_id, "run_id": run_id, "sampler_id": sampler_id,
+            "tinker_checkpoint": f"sampler_weights/{prefix}", "tinker_model_id": result["model_id"]}
 
 
 def retire_jobs(project_id: str) -> None:
-    """Cancel whatever a test left queued in `project_id`, so no worker of a later test picks it up."""
+    """Cancel whatever a test left queued in `project_id`, so no worker of a later test picks it up; its
+    trainers (the Tinker world's hold no actor) are deleted and released."""
+    from core import trainers
     from core.db import session_scope
-    from core.models import Job, utcnow
+    from core.models import Job, Trainer, utcnow
 
     with session_scope() as db:
         db.execute(update(Job).where(Job.project_id == project_id,
                                      Job.status.in_(("queued", "running", "cancelling")))
                    .values(status="cancelled", finished_at=utcnow()))
+        db.execute(update(Trainer).where(Trainer.project_id == project_id, Trainer.status.not_in(trainers.ENDED))
+                   .values(status="deleted", deleted_at=utcnow(), released_at=utcnow()))
