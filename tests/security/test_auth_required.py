@@ -1,5 +1,5 @@
-"""Every route but the probes and the docs needs a valid key: the app's routes are enumerated (walking
-included routers), so a route added tomorrow is covered without editing this file."""
+"""Every route but the probes, the docs and the signed downloads needs a valid key: the app's routes are
+enumerated (walking included routers), so a route added tomorrow is covered without editing this file."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from datetime import UTC, datetime
 
 import pytest
 import security_support
-from security_support import is_public, iter_routes, path_params
+from security_support import SIGNED_PATHS, is_public, is_signed, iter_routes, path_params
 from sqlalchemy import update
 
 from api.main import app as live_app
 from core.models import ApiKey
 
 ROUTES = [r for r in iter_routes(live_app) if r.method != "*"]
-PROTECTED = [r for r in ROUTES if not is_public(r)]
+PROTECTED = [r for r in ROUTES if not is_public(r) and not is_signed(r)]
 
 
 def url_of(path: str) -> str:
@@ -39,9 +39,23 @@ def test_the_route_list_is_the_whole_app():
     enumerated = {(r.method, r.path) for r in ROUTES if r.in_schema}
     assert enumerated == documented
     hidden = {(r.method, r.path) for r in iter_routes(live_app) if not r.in_schema}
-    assert hidden == {("GET", "/openapi.json"), ("HEAD", "/openapi.json"), ("GET", "/docs"), ("GET", "/redoc"),
-                      ("*", "/docs-assets"), ("GET", "/docs-assets/redoc.standalone.js"), ("GET", "/metrics"), ("GET", "/"), ("GET", "/console/{asset:path}")}
-    assert len(PROTECTED) >= 17 and all(r.path.startswith("/v1/") for r in PROTECTED)
+    # The Tinker room (/api/v1) stays out of Keel's OpenAPI document: its own client is its contract.
+    tinker = {(m, p) for m, p in hidden if p.startswith("/api/v1/")}
+    assert len(tinker) >= 20
+    assert hidden - tinker == {("GET", "/openapi.json"), ("HEAD", "/openapi.json"), ("GET", "/docs"), ("GET", "/redoc"),
+                               ("*", "/docs-assets"), ("GET", "/docs-assets/redoc.standalone.js"), ("GET", "/metrics"),
+                               ("GET", "/"), ("GET", "/console/{asset:path}")}
+    assert len(PROTECTED) >= 17 and all(r.path.startswith(("/v1/", "/api/v1/")) for r in PROTECTED)
+    assert {r.path for r in ROUTES if is_signed(r)} == SIGNED_PATHS  # each still routed
+
+
+@pytest.mark.parametrize("path", sorted(SIGNED_PATHS))
+def test_a_signed_route_is_refused_without_its_signature(client, auth, revoked_key, path):
+    """No key opens a signed download in place of its signature (test_tinker_tenancy.py has the links)."""
+    for headers in ({}, auth, {"X-API-Key": "tml-" + auth["Authorization"].split()[1]},
+                    {"Authorization": f"Bearer {revoked_key}"}):
+        r = client.get(url_of(path), headers=headers)
+        security_support.api_files().assert_problem(r, 403, "invalid_signature", "signature")
 
 
 @pytest.fixture
@@ -72,6 +86,8 @@ BAD_HEADERS = {
     "truncated prefix": {"Authorization": "Bearer keel_"},
     "huge": {"Authorization": "Bearer keel_" + "A" * 10_000},
     "basic scheme": {"Authorization": "Basic " + secrets.token_urlsafe(16)},
+    "unknown tinker key": {"X-API-Key": "tml-keel_" + secrets.token_urlsafe(32)},  # the Tinker room's header
+    "empty tinker key": {"X-API-Key": "tml-"},
     "key as a query parameter": {},  # sent in ?api_key= below: never read from the URL
 }
 
@@ -106,7 +122,8 @@ def test_a_valid_key_gets_past_authentication(client, auth, admin_auth, route):
 def test_the_public_routes_answer_without_a_key(client):
     public = [r for r in ROUTES if is_public(r)]
     assert {r.path for r in public} == {"/healthz", "/readyz", "/docs", "/redoc", "/openapi.json", "/metrics",
-                                        "/", "/console/{asset:path}", "/docs-assets/redoc.standalone.js"}
+                                        "/", "/console/{asset:path}", "/docs-assets/redoc.standalone.js",
+                                        "/api/v1/healthz"}
     for route in public:
         r = client.request(route.method, route.path.replace("{asset:path}", "app.js"))
         assert r.status_code in (200, 503), (route, r.status_code)  # readyz: 503 names what is down
