@@ -113,9 +113,9 @@ class RolloutPipeline:
         """The rollout workers load the trainer's current weights (queued ahead of what needs them)."""
         if not self.separate or self.pushed == self.version:
             return
-        export = self.dispatch.roles["actor"].submit(0, "export_weights")
-        self.loads.append((self.version, [export] + [self.group.submit(w, "load_weights", export)
-                                                     for w in range(len(self.group))]))
+        weights, meta = self.dispatch.roles["actor"].submit(0, "export_weights", num_returns=2)
+        self.loads.append((self.version, [meta] + [self.group.submit(w, "load_weights", weights)
+                                                   for w in range(len(self.group))]))
         self.pushed = self.version
 
     def _submit(self, index: int, seg: Segment) -> None:

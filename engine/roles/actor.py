@@ -179,14 +179,15 @@ class ActorRollout(TrainableRole):
                       "rows": int(bad.sum()), "rollout_fingerprint": self.rollout.fingerprint,
                       "trainer_fingerprint": fingerprint})
 
-    def export_weights(self) -> dict[str, Any]:
-        """The trained tensors (CPU copies), their version and fingerprint, for rollout workers
-        (`RolloutWorker.load_weights`); returned by value, so the object store carries them once to
-        every reader. Not under fsdp2 (the driver refuses that with separate rollout workers)."""
+    def export_weights(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The trained tensors (CPU copies) with their version, for rollout workers
+        (`RolloutWorker.load_weights`), and apart from them what the driver checks (`version`,
+        `fingerprint`, `time_s`): two values, so the tensors go through the object store to the
+        workers only. Not under fsdp2 (the driver refuses that with separate rollout workers)."""
         start = time.perf_counter()
         state = {k: p.detach().to("cpu", copy=True) for k, p in self.model.named_parameters() if p.requires_grad}
-        return {"state": state, "version": self.weights_version, "fingerprint": weights_fingerprint(self.model),
-                "time_s": time.perf_counter() - start}
+        meta = {"version": self.weights_version, "fingerprint": weights_fingerprint(self.model)}
+        return {"state": state, **meta}, {**meta, "time_s": time.perf_counter() - start}
 
     # --- log-probs -----------------------------------------------------------------------------
 
