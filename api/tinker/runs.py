@@ -246,7 +246,9 @@ def external_weights_urls(run_id: str, checkpoint_id: str, request: Request, pro
 def download_file(model_id: str, file: str, db: SessionDep,
                   expires: Annotated[int, Query()] = 0, signature: Annotated[str, Query(max_length=64)] = ""):
     """One file of a checkpoint, for the holder of a link `external_weights_urls` signed."""
-    if not hmac.compare_digest(signature, _signature(model_id, file, expires)) or expires < time.time():
+    # As bytes: compare_digest refuses str with non-ASCII characters (a TypeError, so a 500).
+    if not hmac.compare_digest(signature.encode(), _signature(model_id, file, expires).encode()) or \
+            expires < time.time():
         raise ApiError(403, "invalid_signature", "This download link is invalid or expired; ask "
                        "external_weights_urls for a new one.", param="signature")
     model = db.get(Model, model_id)

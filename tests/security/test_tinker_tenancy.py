@@ -170,6 +170,7 @@ def test_a_link_opens_only_its_own_file(client, world):
         f"/api/v1/external_weights/{_unknown(world.tinker_model_id)}/model.safetensors?" + query,  # no model
         route + "?" + query.replace(f"expires={expires}", f"expires={expires + 3600}"),  # a longer life
         route + "?" + query.replace(f"signature={signature}", f"signature={signature[1:]}{signature[0]}"),
+        route + f"?expires={expires}&signature=%C3%A9{signature[2:]}",  # not ASCII
         route + "?expires=" + str(expires),  # no signature
         route,
     ]
