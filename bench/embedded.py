@@ -47,10 +47,12 @@ class Stack:
 
 
 def keel_up_env(home: Path, port: int, tz: str | None = None) -> dict[str, str]:
-    """The environment `make run` gives `keel up`: no KEEL_ setting but KEEL_HOME and the port chosen
-    (no database, broker or Redis URL: the embedded defaults; none of a test session's settings)."""
+    """The environment `make run` gives `keel up`: no KEEL_ setting but KEEL_HOME and the ports chosen
+    (no database, broker or Redis URL: the embedded defaults; none of a test session's settings). Serve's
+    ingress gets a free port too, so stacks running side by side (test groups) never share 8100."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
     env.update({"KEEL_HOME": str(home), "KEEL_PORT": str(port), "RAY_USAGE_STATS_ENABLED": "0",
+                "KEEL_SERVE_URL": f"http://127.0.0.1:{free_port()}",
                 "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONUNBUFFERED": "1"})
     if tz:
         env["TZ"] = tz
