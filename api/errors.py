@@ -80,7 +80,7 @@ def _loc_to_param(loc: tuple[Any, ...] | list[Any]) -> str | None:
     return ".".join(parts) or None
 
 
-_UNION_TAGS = {"sft", "reward_model", "rm_distill", "dpo", "ppo", "eval"}
+_UNION_TAGS = {"sft", "reward_model", "rm_distill", "dpo", "ppo", "distill_policy", "eval"}
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")

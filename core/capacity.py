@@ -108,7 +108,7 @@ def job_demand(spec: Mapping[str, Any]) -> Demand:
         if workers == 1:
             return Demand((Group("controller", 1, cpus, gpus, "PACK"),))
         return Demand((Group("trainer", workers, cpus, gpus, strategy),))
-    generators = int(res.get("rollout_workers", 0) or 0) if kind == "ppo" else 0
+    generators = int(res.get("rollout_workers", 0) or 0) if kind in ("ppo", "distill_policy") else 0
     # PPO's rollout workers (`rollout.colocate: false`): a placement group of their own, beside the rest.
     rollout = (Group("rollout", generators, cpus, gpus, strategy),) if generators else ()
     if res.get("colocate", True) or kind == "eval":  # eval's roles are always colocated
@@ -123,6 +123,8 @@ def job_demand(spec: Mapping[str, Any]) -> Demand:
         groups.append(Group("reward", workers, cpus, gpus, strategy))
     else:
         groups.append(Group("reward", 1, cpus, 0.0, strategy))
+    if kind == "distill_policy":  # the teacher's own workers
+        groups.append(Group("teacher", workers, cpus, gpus, strategy))
     return Demand((*groups, *rollout))
 
 

@@ -89,7 +89,7 @@ def plan_job(method: str, hp: Mapping[str, Any], resources: Mapping[str, Any],
     """The memory plan of a validated job: per worker, per role, and whether it fits.
 
     Args:
-        method: `sft`, `reward_model`, `rm_distill`, `dpo`, `ppo` or `eval`.
+        method: `sft`, `reward_model`, `rm_distill`, `dpo`, `ppo`, `distill_policy` or `eval`.
         hp: `method.hyperparameters` as stored (defaults filled; knobs it lacks take their defaults).
         resources: the job's `resources`.
         models: `policy` (the model trained), and where the method has them `teacher` (rm_distill)
@@ -102,8 +102,10 @@ def plan_job(method: str, hp: Mapping[str, Any], resources: Mapping[str, Any],
     arch = models.get("policy")
     if arch is None:
         raise PlanError("the model's config.json cannot be read here (a hub id or no config.json)")
-    if method == "ppo":
-        roles, hints = _ppo_roles(hp, workers, arch, models.get("reward"))
+    if method in ("ppo", "distill_policy"):
+        # distill_policy's teacher: read here, or (a hub id) assumed the student's size.
+        teacher = (models.get("teacher") or arch) if method == "distill_policy" else None
+        roles, hints = _ppo_roles(hp, workers, arch, models.get("reward"), teacher)
         rollout_workers = int(resources.get("rollout_workers", 0) or 0)
         if rollout_workers and not _get(hp, "rollout.colocate", True):
             roles["rollout"] = _rollout_worker(hp, rollout_workers, arch)
@@ -113,7 +115,7 @@ def plan_job(method: str, hp: Mapping[str, Any], resources: Mapping[str, Any],
         roles, hints = _supervised_roles(method, hp, workers, arch, models.get("teacher"))
     # Colocated PPO roles share a process: persistent state adds up, activations take the largest (the
     # roles run one after another). Otherwise each role (or phase: a teacher, then the student) alone.
-    colocated = (method == "ppo" and colocate) or method == "eval"  # eval's roles are always colocated
+    colocated = (method in ("ppo", "distill_policy") and colocate) or method == "eval"  # eval's roles are always colocated
     generator = roles.pop("rollout", None)  # rollout workers: processes of their own, always
     groups = [list(roles)] if colocated else [[name] for name in roles]
     if generator is not None:
@@ -189,8 +191,8 @@ def _supervised_roles(method: str, hp: Mapping[str, Any], workers: int, arch: Ar
     return roles, {"activations": _param("", "max_token_len_per_gpu" if dynamic else "micro_batch_size_per_gpu")}
 
 
-def _ppo_roles(hp: Mapping[str, Any], workers: int, arch: Architecture,
-               reward: Architecture | None) -> tuple[dict[str, Memory], dict[str, str]]:
+def _ppo_roles(hp: Mapping[str, Any], workers: int, arch: Architecture, reward: Architecture | None,
+               teacher: Architecture | None = None) -> tuple[dict[str, Memory], dict[str, str]]:
     lora = resolve_lora_rank(_get(hp, "model.lora_rank", 0), arch.parameters("lm"))
     if not lora and _get(hp, "model.lora_adapter_path"):
         lora = 16  # an existing adapter of unknown rank: small next to the model either way
@@ -238,6 +240,10 @@ def _ppo_roles(hp: Mapping[str, Any], workers: int, arch: Architecture,
         rm = frozen_weights(reward, actor_k.dtype, "score")
         rm.activations = inference_activations(reward, actor_k.dtype, infer_tokens, "score")
         roles["reward"] = rm
+    if teacher is not None:  # float32, as the reference (`engine.roles.teacher`), over the same samples
+        t = frozen_weights(teacher, "float32", "lm")
+        t.activations = inference_activations(teacher, actor_k.dtype, infer_tokens, "lm")
+        roles["teacher"] = t
     return roles, {"activations": _param("actor.", "ppo_max_token_len_per_gpu" if a_dynamic
                                          else "ppo_micro_batch_size_per_gpu")}
 

@@ -71,8 +71,8 @@ def resolve_request(db: Session, job: Job) -> JobRequest:
     output_dir, checkpoint_dir = job_dirs(job.id)
     roots = allowed_model_roots()
     reward: dict[str, Any] = {}
-    if method in ("ppo", "eval"):
-        reward_spec = method_spec.get("reward") or {}
+    reward_spec = method_spec.get("reward") or {}
+    if method in ("ppo", "eval") or (method == "distill_policy" and reward_spec):
         if reward_spec.get("model"):
             reward = {"model_path": resolve_model(db, job.project_id, reward_spec["model"], roots,
                                                   "method.reward.model")}

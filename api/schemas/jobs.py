@@ -10,6 +10,7 @@ from api.pagination import Page
 from api.schemas.forks import ForkedFrom
 from api.schemas.hyperparameters import (
     MAX_OVERRIDES,
+    DistillPolicyConfig,
     DPOConfig,
     EvalConfig,
     JobResources,
@@ -34,7 +35,7 @@ RewardFunction = Literal["gsm8k", "exact_match", "regex", "length_penalty", "dat
 """`grader`: an OpenAI grader, JSON in `options.grader` (engine/rewards/graders.py; docs/openai.md)."""
 
 FILE_PURPOSE = {"sft": "sft", "reward_model": "preference", "rm_distill": "preference", "dpo": "preference",
-                "ppo": "prompts", "eval": "prompts"}
+                "ppo": "prompts", "distill_policy": "prompts", "eval": "prompts"}
 """The dataset purpose each method trains on."""
 
 ModelRef = Annotated[str, Field(min_length=1, max_length=500, description=(
@@ -132,6 +133,27 @@ class PPOMethod(_Method):
     hyperparameters: PPOConfig = Field(default_factory=PPOConfig)
 
 
+class DistillPolicyMethod(_Method):
+    """On-policy distillation on prompts (file purpose `prompts`): the student (`model`) samples, the
+    `teacher` scores each sampled token, and the student trains on the reverse KL to the teacher as a
+    per-token reward (optionally plus `reward`, weighted by `distill.task_reward_weight`) with PPO's
+    machinery. The teacher must use the student's tokenizer."""
+
+    type: Literal["distill_policy"]
+    teacher: ModelRef
+    """The teacher policy (any size the cluster fits)."""
+    reward: RewardSpec | None = None
+    """A task reward mixed in when `distill.task_reward_weight` > 0."""
+    hyperparameters: DistillPolicyConfig = Field(default_factory=DistillPolicyConfig)
+
+    @model_validator(mode="after")
+    def _task_reward(self):
+        if self.hyperparameters.distill.task_reward_weight > 0 and self.reward is None:
+            raise errors_at("DistillPolicyMethod", (("reward",), None,
+                            "distill.task_reward_weight > 0 needs a task reward (method.reward)"))
+        return self
+
+
 class EvalMethod(_Method):
     """Evaluate `model` on prompts (file purpose `prompts`): sample `rollout.n` responses per prompt and
     score them with `reward`. Reports `eval/reward/mean`, pass@k (rule rewards) and, with `compare_to`,
@@ -145,8 +167,8 @@ class EvalMethod(_Method):
     hyperparameters: EvalConfig = Field(default_factory=EvalConfig)
 
 
-JobMethod = Annotated[SFTMethod | RewardModelMethod | RMDistillMethod | DPOMethod | PPOMethod | EvalMethod,
-                      Field(discriminator="type")]
+JobMethod = Annotated[SFTMethod | RewardModelMethod | RMDistillMethod | DPOMethod | PPOMethod
+                      | DistillPolicyMethod | EvalMethod, Field(discriminator="type")]
 
 Metadata = Annotated[dict[Annotated[str, Field(min_length=1, max_length=64)], Annotated[str, Field(max_length=512)]],
                      Field(max_length=16, description="Up to 16 string pairs of your own.",

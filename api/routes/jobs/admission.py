@@ -12,7 +12,14 @@ from sqlalchemy.orm import Session
 from api import model_refs
 from api.errors import ApiError, not_found
 from api.graders import check_job_grader
-from api.schemas.jobs import FILE_PURPOSE, EvalMethod, JobCreate, PPOMethod, RMDistillMethod
+from api.schemas.jobs import (
+    FILE_PURPOSE,
+    DistillPolicyMethod,
+    EvalMethod,
+    JobCreate,
+    PPOMethod,
+    RMDistillMethod,
+)
 from core.capacity import FRESH, NODE_COLUMNS, STALE_S, Node, auto_cpus_per_worker, nodes_of
 from core.config import settings
 from core.dataset_stats import longest_token_chars, min_tokens
@@ -27,6 +34,9 @@ _FILE_AND_NODES = (select(_FILES.project_id, _FILES.deleted_at, _FILES.purpose, 
 capacity beside it (a row per node, or one with null node columns): one round trip for both, which a
 create needs together. Built once, read without the ORM's loading."""
 
+
+PPO_METHODS = ("ppo", "distill_policy")
+"""Methods that run PPO's roles (`distill_policy` adds a teacher)."""
 
 def _training_file(db: Session, project_id: str, file_id: str, method: str, param: str) -> list[Node] | None:
     """Check a file the job reads; returns the cluster's fresh nodes (`core.capacity.fresh_nodes`),
@@ -104,7 +114,7 @@ def _check_parallel(db: Session, body: JobCreate) -> None:
     role (`actor.`, `critic.`, `ref.`). vllm's `rollout.tensor_model_parallel_size` must divide the
     GPUs of one rollout worker."""
     hp, prefix = body.method.hyperparameters, "method.hyperparameters."
-    roles = ({"actor.": hp.actor, "critic.": hp.critic, "ref.": hp.ref} if body.method.type == "ppo"
+    roles = ({"actor.": hp.actor, "critic.": hp.critic, "ref.": hp.ref} if body.method.type in PPO_METHODS
              else {"": hp} if hasattr(hp, "ulysses_sequence_parallel_size") else {})
     config = None
     for role, cfg in roles.items():
@@ -120,9 +130,9 @@ def _check_parallel(db: Session, body: JobCreate) -> None:
         if isinstance(heads, int) and isinstance(kv, int) and (heads % sp or kv % sp):
             raise ApiError(422, "invalid_request", f"{param}: {sp} must divide the model's {heads} attention "
                            f"heads and {kv} key/value heads (its config.json).", param=param)
-    if body.method.type == "ppo":
+    if body.method.type in PPO_METHODS:
         _check_rollout_workers(body)
-    if body.method.type == "ppo" and hp.rollout.tensor_model_parallel_size > 1:
+    if body.method.type in PPO_METHODS and hp.rollout.tensor_model_parallel_size > 1:
         tp, gpus = hp.rollout.tensor_model_parallel_size, body.resources.gpus_per_worker
         if gpus != int(gpus) or int(gpus) % tp:
             param = prefix + "rollout.tensor_model_parallel_size"
@@ -206,10 +216,13 @@ def _resolve(db: Session, project_id: str, body: JobCreate) -> tuple[dict[str, A
     _check_rows_fit(db, body)
     if isinstance(method, RMDistillMethod):
         method.teacher = model_refs.resolve(db, project_id, method.teacher, "method.teacher", reward=True)
-    if isinstance(method, PPOMethod | EvalMethod) and method.reward.model is not None:
+    if isinstance(method, DistillPolicyMethod):  # a policy, read with the student's tokenizer
+        method.teacher = model_refs.resolve(db, project_id, method.teacher, "method.teacher")
+    rewarded = isinstance(method, PPOMethod | EvalMethod | DistillPolicyMethod) and method.reward is not None
+    if rewarded and method.reward.model is not None:
         method.reward.model = model_refs.resolve(db, project_id, method.reward.model, "method.reward.model",
                                                  reward=True)
-    if isinstance(method, PPOMethod | EvalMethod) and method.reward.function == "grader":
+    if rewarded and method.reward.function == "grader":
         method.reward.options = check_job_grader(db, project_id, method.reward.options)
     if isinstance(method, EvalMethod):
         _check_eval(db, project_id, body, method)

@@ -10,12 +10,14 @@ VERL-style dotted overrides (`actor_rollout_ref.actor.ppo_epochs=4`) are mapped 
 by `apply_overrides` before validation.
 
 The modules: `fields` (limits, field types, the `Strict` base), `sections` (what several methods
-share), `supervised` (SFT, reward model, distillation, DPO), `ppo`, `evaluation`, `resources` and
+share), `supervised` (SFT, reward model, distillation, DPO), `ppo`, `distill` (on-policy distillation),
+`evaluation`, `resources` and
 `overrides`; this package's top is their public surface.
 """
 
 from __future__ import annotations
 
+from api.schemas.hyperparameters.distill import DistillConfig, DistillPolicyConfig
 from api.schemas.hyperparameters.evaluation import (
     EvalConfig,
     EvalDataConfig,
@@ -81,6 +83,7 @@ METHOD_HYPERPARAMETERS: dict[str, type[Strict]] = {
     "rm_distill": RMDistillConfig,
     "dpo": DPOConfig,
     "ppo": PPOConfig,
+    "distill_policy": DistillPolicyConfig,
     "eval": EvalConfig,
 }
 
@@ -100,8 +103,10 @@ __all__ = [
     "DPOConfig",
     "DPOOptimConfig",
     "DataConfig",
+    "DistillConfig",
     "DistillModelConfig",
     "DistillOptimConfig",
+    "DistillPolicyConfig",
     "Dtype",
     "Epochs",
     "EvalConfig",

@@ -28,12 +28,15 @@ from .critic_config_strategy import CriticConfigStrategy
 from .data_config import DataConfig
 from .data_config_truncation import DataConfigTruncation
 from .datum import Datum
+from .distill_config import DistillConfig
 from .distill_model_config import DistillModelConfig
 from .distill_model_config_dtype import DistillModelConfigDtype
 from .distill_model_config_lora_rank_type_1 import DistillModelConfigLoraRankType1
 from .distill_model_config_strategy import DistillModelConfigStrategy
 from .distill_optim_config import DistillOptimConfig
 from .distill_optim_config_lr_scheduler_type import DistillOptimConfigLrSchedulerType
+from .distill_policy_config import DistillPolicyConfig
+from .distill_policy_method import DistillPolicyMethod
 from .download_checkpoint_content_include_type_0 import DownloadCheckpointContentIncludeType0
 from .download_checkpoint_content_role import DownloadCheckpointContentRole
 from .dpo_config import DPOConfig
@@ -260,12 +263,15 @@ __all__ = (
     "DataConfig",
     "DataConfigTruncation",
     "Datum",
+    "DistillConfig",
     "DistillModelConfig",
     "DistillModelConfigDtype",
     "DistillModelConfigLoraRankType1",
     "DistillModelConfigStrategy",
     "DistillOptimConfig",
     "DistillOptimConfigLrSchedulerType",
+    "DistillPolicyConfig",
+    "DistillPolicyMethod",
     "DownloadCheckpointContentIncludeType0",
     "DownloadCheckpointContentRole",
     "DPOConfig",

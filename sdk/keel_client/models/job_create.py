@@ -8,6 +8,7 @@ from attrs import define as _attrs_define
 from ..types import UNSET, Unset
 
 if TYPE_CHECKING:
+    from ..models.distill_policy_method import DistillPolicyMethod
     from ..models.dpo_method import DPOMethod
     from ..models.eval_method import EvalMethod
     from ..models.integration import Integration
@@ -27,7 +28,8 @@ class JobCreate:
     """A training job: a base model, a dataset, and a method with its hyperparameters.
 
     Attributes:
-        method (DPOMethod | EvalMethod | PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod):
+        method (DistillPolicyMethod | DPOMethod | EvalMethod | PPOMethod | RewardModelMethod | RMDistillMethod |
+            SFTMethod):
         model (str): A Keel model id (`model-...`) or checkpoint id (`ckpt-...`: its Hugging Face export) of this
             project, a hub id (`org/name`), or an absolute directory under one of the deployment's model roots.
         training_file (str): A file of this project whose purpose fits the method: sft -> `sft`, reward_model,
@@ -44,7 +46,7 @@ class JobCreate:
             `val/...` (not for eval).
     """
 
-    method: DPOMethod | EvalMethod | PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod
+    method: DistillPolicyMethod | DPOMethod | EvalMethod | PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod
     model: str
     training_file: str
     from_checkpoint: None | str | Unset = UNSET
@@ -56,6 +58,7 @@ class JobCreate:
     validation_file: None | str | Unset = UNSET
 
     def to_dict(self) -> dict[str, Any]:
+        from ..models.distill_policy_method import DistillPolicyMethod  # noqa: PLC0415
         from ..models.dpo_method import DPOMethod  # noqa: PLC0415
         from ..models.ppo_method import PPOMethod  # noqa: PLC0415
         from ..models.reward_model_method import RewardModelMethod  # noqa: PLC0415
@@ -72,6 +75,8 @@ class JobCreate:
         elif isinstance(self.method, DPOMethod):
             method = self.method.to_dict()
         elif isinstance(self.method, PPOMethod):
+            method = self.method.to_dict()
+        elif isinstance(self.method, DistillPolicyMethod):
             method = self.method.to_dict()
         else:
             method = self.method.to_dict()
@@ -143,6 +148,7 @@ class JobCreate:
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.distill_policy_method import DistillPolicyMethod  # noqa: PLC0415
         from ..models.dpo_method import DPOMethod  # noqa: PLC0415
         from ..models.eval_method import EvalMethod  # noqa: PLC0415
         from ..models.integration import Integration  # noqa: PLC0415
@@ -157,7 +163,7 @@ class JobCreate:
 
         def _parse_method(
             data: object,
-        ) -> DPOMethod | EvalMethod | PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod:
+        ) -> DistillPolicyMethod | DPOMethod | EvalMethod | PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod:
             try:
                 if not isinstance(data, dict):
                     raise TypeError()
@@ -198,11 +204,19 @@ class JobCreate:
                 return method_type_4
             except (TypeError, ValueError, AttributeError, KeyError):
                 pass
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                method_type_5 = DistillPolicyMethod.from_dict(data)
+
+                return method_type_5
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
             if not isinstance(data, dict):
                 raise TypeError()
-            method_type_5 = EvalMethod.from_dict(data)
+            method_type_6 = EvalMethod.from_dict(data)
 
-            return method_type_5
+            return method_type_6
 
         method = _parse_method(d.pop("method"))
 

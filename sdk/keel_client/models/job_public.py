@@ -11,6 +11,7 @@ from ..models.job_public_status import JobPublicStatus
 from ..types import UNSET, Unset
 
 if TYPE_CHECKING:
+    from ..models.distill_policy_method import DistillPolicyMethod
     from ..models.dpo_method import DPOMethod
     from ..models.eval_method import EvalMethod
     from ..models.forked_from import ForkedFrom
@@ -43,7 +44,8 @@ class JobPublic:
         id (str):
         latest_metrics (JobPublicLatestMetrics):
         metadata (JobPublicMetadata):
-        method (DPOMethod | EvalMethod | PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod):
+        method (DistillPolicyMethod | DPOMethod | EvalMethod | PPOMethod | RewardModelMethod | RMDistillMethod |
+            SFTMethod):
         model (str):
         output_model (None | str):
         progress (JobProgress):
@@ -73,7 +75,7 @@ class JobPublic:
     id: str
     latest_metrics: JobPublicLatestMetrics
     metadata: JobPublicMetadata
-    method: DPOMethod | EvalMethod | PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod
+    method: DistillPolicyMethod | DPOMethod | EvalMethod | PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod
     model: str
     output_model: None | str
     progress: JobProgress
@@ -95,6 +97,7 @@ class JobPublic:
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        from ..models.distill_policy_method import DistillPolicyMethod  # noqa: PLC0415
         from ..models.dpo_method import DPOMethod  # noqa: PLC0415
         from ..models.forked_from import ForkedFrom  # noqa: PLC0415
         from ..models.job_error import JobError  # noqa: PLC0415
@@ -135,6 +138,8 @@ class JobPublic:
         elif isinstance(self.method, DPOMethod):
             method = self.method.to_dict()
         elif isinstance(self.method, PPOMethod):
+            method = self.method.to_dict()
+        elif isinstance(self.method, DistillPolicyMethod):
             method = self.method.to_dict()
         else:
             method = self.method.to_dict()
@@ -258,6 +263,7 @@ class JobPublic:
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.distill_policy_method import DistillPolicyMethod  # noqa: PLC0415
         from ..models.dpo_method import DPOMethod  # noqa: PLC0415
         from ..models.eval_method import EvalMethod  # noqa: PLC0415
         from ..models.forked_from import ForkedFrom  # noqa: PLC0415
@@ -315,7 +321,7 @@ class JobPublic:
 
         def _parse_method(
             data: object,
-        ) -> DPOMethod | EvalMethod | PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod:
+        ) -> DistillPolicyMethod | DPOMethod | EvalMethod | PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod:
             try:
                 if not isinstance(data, dict):
                     raise TypeError()
@@ -356,11 +362,19 @@ class JobPublic:
                 return method_type_4
             except (TypeError, ValueError, AttributeError, KeyError):
                 pass
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                method_type_5 = DistillPolicyMethod.from_dict(data)
+
+                return method_type_5
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
             if not isinstance(data, dict):
                 raise TypeError()
-            method_type_5 = EvalMethod.from_dict(data)
+            method_type_6 = EvalMethod.from_dict(data)
 
-            return method_type_5
+            return method_type_6
 
         method = _parse_method(d.pop("method"))
 
