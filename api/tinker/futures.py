@@ -29,12 +29,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from api.errors import ApiError
+from api.schemas.text import NulFree
 from api.tinker.auth import TinkerCaller
 from core.db import session_factory
 from core.models import Trainer, TrainerOperation
@@ -154,7 +155,7 @@ def resolve(project_id: str, request_id: str) -> Outcome | None:
         return fn(db, project_id, request_id)
 
 
-class RetrieveFuture(BaseModel):
+class RetrieveFuture(NulFree):  # NUL in the id: a 422 at request_id (PostgreSQL cannot compare it)
     model_config = ConfigDict(extra="ignore")
 
     request_id: Annotated[str, Field(min_length=1, max_length=200)]

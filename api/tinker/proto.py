@@ -27,6 +27,8 @@ from typing import Any
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
+from api.schemas.text import MESSAGE, NUL
+
 PACKAGE = "keel.tinker"
 DTYPE_FLOAT32, DTYPE_INT64, DTYPE_INT32 = 1, 2, 3
 STOP_REASONS = {"stop": 0, "length": 1}
@@ -214,6 +216,13 @@ def decode_forward_backward(body: bytes) -> ForwardBackward:
         msg.ParseFromString(body)
     except DecodeError:
         raise ProtoError("the body is not a ForwardBackwardRequest protobuf message", "body") from None
+    # No id, name or key holds NUL: PostgreSQL cannot store it (a 500), so it is refused at its field.
+    for param, text in [("model_id", msg.model_id), ("loss_fn", msg.loss_fn),
+                        *(("loss_fn_config", k) for k in (*msg.loss_fn_config, *msg.loss_fn_config_v2)),
+                        *(("loss_fn_config", v.text) for v in msg.loss_fn_config_v2.values()),
+                        *((f"data[{i}].loss_fn_inputs", k) for i, d in enumerate(msg.data) for k in d.loss_fn_inputs)]:
+        if NUL in text:
+            raise ProtoError(f"{param}: {MESSAGE}", param)
     # v2 carries every value (text ones too); the legacy float map only mirrors v2's numbers
     config: dict[str, float | str] = {k: float(v) for k, v in msg.loss_fn_config.items()}
     for key, value in msg.loss_fn_config_v2.items():

@@ -16,12 +16,13 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body
 from fastapi import Path as PathParam
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from sqlalchemy import select, update
 
 from api.deps import SessionDep
 from api.errors import ApiError
 from api.routes.trainers import end_trainer
+from api.schemas.text import NulFree
 from api.tinker.auth import TinkerCaller, TinkerProject
 from core.config import settings
 from core.models import Model, Trainer
@@ -33,8 +34,9 @@ log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", include_in_schema=False)
 
 
-class Lenient(BaseModel):
-    """Tinker's request bodies: unknown members (the client's `type` tags, newer fields) are ignored."""
+class Lenient(NulFree):
+    """Tinker's request bodies: unknown members (the client's `type` tags, newer fields) are ignored; NUL
+    in any string is a 422 at its field, as in Keel's own schemas (PostgreSQL cannot store it)."""
 
     model_config = ConfigDict(extra="ignore", protected_namespaces=())
 

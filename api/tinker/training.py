@@ -35,6 +35,7 @@ from api import model_refs
 from api.deps import SessionDep
 from api.errors import ApiError, _loc_to_param
 from api.routes.trainers import _check_forward, _send, new_trainer
+from api.schemas.text import NUL
 from api.schemas.trainers import ForwardBackwardRequest, LoraSpec, TrainerCreate
 from api.tinker import proto
 from api.tinker.auth import TinkerCaller
@@ -264,7 +265,7 @@ def _envelope(body: bytes) -> tuple[str, int, bool] | None:
         msg.ParseFromString(body)
     except Exception:  # noqa: BLE001 - any decode failure: nothing to read
         return None
-    return (msg.model_id, msg.seq_id, msg.forward_only) if msg.model_id else None
+    return (msg.model_id, msg.seq_id, msg.forward_only) if msg.model_id and NUL not in msg.model_id else None
 
 
 def _refuse_forward(project_id: str, model_id: str, seq_id: int, forward_only: bool,

@@ -72,3 +72,34 @@ def test_nul_in_upload_metadata_path_ids_and_cursors(api):
     support.assert_problem(client.get("/v1/files/%00", headers=headers), 404, "not_found")
     support.assert_problem(client.get("/v1/jobs?after=job-%00", headers=headers), 422, "invalid_request", "after")
     assert client.get("/v1/jobs?after=", headers=headers).status_code in (200, 422)  # no NUL: the route decides
+
+
+TINKER_BODIES = [  # (route, body, the field named): ids, names, tags and metadata the client sends
+    ("/api/v1/create_session", {"display_name": "a\x00b"}, "display_name"),
+    ("/api/v1/create_session", {"tags": ["a\x00b"]}, "tags"),
+    ("/api/v1/create_session", {"user_metadata": {"k\x00": "v"}}, "user_metadata"),
+    ("/api/v1/session_heartbeat", {"session_id": "ses-\x00"}, "session_id"),
+    ("/api/v1/get_info", {"model_id": "m\x00"}, "model_id"),
+    ("/api/v1/save_weights", {"model_id": "m", "seq_id": 1, "path": "a\x00"}, "path"),
+    ("/api/v1/weights_info", {"tinker_path": "tinker://a\x00/weights/b"}, "tinker_path"),
+    ("/api/v1/retrieve_future", {"request_id": "op-\x00"}, "request_id"),
+    ("/api/v1/asample", {"sampling_session_id": "s\x00", "seq_id": 0,
+                         "prompt": {"chunks": [{"type": "encoded_text", "tokens": [1]}]}}, "sampling_session_id"),
+    ("/api/v1/optim_step", {"model_id": "m", "seq_id": 1, "adam_params": {"l\x00r": 1e-4}}, "adam_params"),
+]
+
+
+@pytest.mark.parametrize(("route", "body", "param"), TINKER_BODIES, ids=[f"{r} {p}" for r, _, p in TINKER_BODIES])
+def test_nul_in_tinker_bodies_is_a_422_at_the_field(client, auth, route, body, param):
+    """The Tinker room's JSON bodies and its protobuf forward_backward, on PostgreSQL (they were 500s)."""
+    headers = {"X-API-Key": "tml-" + auth["Authorization"].split()[1]}
+    api_files().assert_problem(client.post(route, json=body, headers=headers), 422, "invalid_request", param)
+
+
+def test_nul_in_a_tinker_forward_backward_is_a_422_at_the_field(client, auth):
+    from api.tinker.proto import ForwardBackwardRequestMessage
+
+    headers = {"X-API-Key": "tml-" + auth["Authorization"].split()[1], "Content-Type": "application/x-protobuf"}
+    msg = ForwardBackwardRequestMessage(model_id="m\x00", seq_id=1, loss_fn="cross_entropy")
+    r = client.post("/api/v1/forward_backward", content=msg.SerializeToString(), headers=headers)
+    api_files().assert_problem(r, 422, "invalid_request", "model_id")
