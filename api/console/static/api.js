@@ -172,3 +172,28 @@ export function sleep(ms, signal) {
     signal?.addEventListener("abort", () => { clearTimeout(t); resolve(); }, { once: true });
   });
 }
+
+/**
+ * A streamed OpenAI chat completion (POST /v1/chat/completions, `stream: true`): `onDelta(text)` for
+ * each piece of the first choice's content; resolves with the whole text. An error answer (OpenAI's
+ * `{error: {message, code, param}}`) or an error event mid-stream throws ApiProblem.
+ */
+export async function chatStream(body, { onDelta, signal }) {
+  const resp = await fetch("/v1/chat/completions", { method: "POST", signal,
+    headers: headers({ "Content-Type": "application/json", Accept: "text/event-stream" }),
+    body: JSON.stringify({ ...body, stream: true }) });
+  if (!resp.ok) {
+    let err = {};
+    try { err = (await resp.json()).error || {}; } catch { err = { message: `${resp.status} ${resp.statusText}` }; }
+    throw new ApiProblem(resp.status, { detail: err.message, code: err.code || err.type, param: err.param });
+  }
+  let text = "";
+  for await (const ev of sseEvents(resp.body)) {
+    if (!ev.data || ev.data === "[DONE]") continue;
+    const chunk = JSON.parse(ev.data);
+    if (chunk.error) throw new ApiProblem(500, { detail: chunk.error.message, code: chunk.error.code || chunk.error.type });
+    const piece = chunk.choices?.[0]?.delta?.content;
+    if (piece) { text += piece; onDelta(piece); }
+  }
+  return text;
+}

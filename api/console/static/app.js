@@ -10,6 +10,7 @@ import { jobPage } from "./pages/job.js";
 import { jobsPage } from "./pages/jobs.js";
 import { modelsPage } from "./pages/models.js";
 import { newJobPage } from "./pages/newjob.js";
+import { playgroundPage } from "./pages/playground.js";
 import { trainersPage } from "./pages/trainers.js";
 
 const ROUTES = [
@@ -20,8 +21,10 @@ const ROUTES = [
   [/^\/files$/, filesPage, "files"],
   [/^\/models$/, modelsPage, "models"],
   [/^\/trainers$/, trainersPage, "trainers"],
+  [/^\/playground$/, playgroundPage, "playground"],
 ];
-const NAV = [["jobs", "Jobs"], ["new", "New job"], ["files", "Files"], ["models", "Models"], ["trainers", "Trainers"]];
+const NAV = [["jobs", "Jobs"], ["new", "New job"], ["files", "Files"], ["models", "Models"], ["trainers", "Trainers"],
+             ["playground", "Playground"]];
 
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");

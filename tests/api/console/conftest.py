@@ -28,6 +28,7 @@ from tests.api.console.console_data import (
     _project,
     _samples,
 )
+from tests.inference.conftest import serve_url  # noqa: F401  (Ray Serve for the playground test)
 
 PPO_CONFIG = {"algorithm": {"adv_estimator": "gae", "kl_ctrl": {"kl_coef": 0.001}}, "actor": {"optim": {"lr": 1e-6}},
               "data": {"train_batch_size": 8}, "rollout": {"n": 1, "temperature": 1.0, "stop": []}}

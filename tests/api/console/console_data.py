@@ -53,7 +53,7 @@ def _job(project_id: str, file_id: str, model: str, method: dict, **columns) -> 
     return job_id
 
 
-def _model(project_id: str, job_id: str, kind: str, base: str, fmt: str = "hf") -> str:
+def _model(project_id: str, job_id: str | None, kind: str, base: str, fmt: str = "hf", path: str | None = None) -> str:
     from sqlalchemy import update
 
     from core.db import session_scope
@@ -63,8 +63,9 @@ def _model(project_id: str, job_id: str, kind: str, base: str, fmt: str = "hf") 
     model_id = new_id("model")
     with session_scope() as db:
         db.add(Model(id=model_id, project_id=project_id, job_id=job_id, name=f"{kind}-{model_id[-6:]}", kind=kind,
-                     format=fmt, base_model=base, path=f"/nonexistent/{model_id}"))
-        db.execute(update(Job).where(Job.id == job_id).values(output_model_id=model_id))
+                     format=fmt, base_model=base, path=path or f"/nonexistent/{model_id}"))
+        if job_id:
+            db.execute(update(Job).where(Job.id == job_id).values(output_model_id=model_id))
     return model_id
 
 

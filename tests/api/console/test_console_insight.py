@@ -3,7 +3,7 @@ job page above the fold at 1280x800 and 390x844; smoothing changes the plotted v
 chart's own data) and the view (smoothing, log scale, x axis, search, pins) lives in the URL; train and
 validation share a chart; a one-point all-zero series gets a readable range; the samples table shows
 the logged samples per step; the configuration as JSON and YAML; two jobs overlaid; the trainers page;
-and an axe-core pass (vendored, tests/api/console/vendor/axe-core) with no serious or critical
+the playground streaming two models on the live OpenAI route (slow: it starts Ray Serve); and an axe-core pass (vendored, tests/api/console/vendor/axe-core) with no serious or critical
 violation. Screenshots land in tests/artifacts/console/."""
 
 from __future__ import annotations
@@ -199,6 +199,7 @@ def test_accessibility_has_no_serious_violations(tabs, seeded, method_jobs, data
     pages = {"jobs": (seeded["key"], "/jobs"), "job": (seeded["key"], f"/jobs/{seeded['ppo_job']}"),
              "models": (seeded["key"], "/models"), "files": (seeded["key"], f"/files?id={seeded['file']}"),
              "new": (seeded["key"], "/new?method=ppo"), "trainers": (seeded["key"], "/trainers"),
+             "playground": (seeded["key"], "/playground"),
              "compare": (key, f"/compare?jobs={jobs['sft']},{jobs['dpo']}")}
     found = {}
     for name, (api_key, fragment) in pages.items():
@@ -227,3 +228,47 @@ def test_memory_plan_is_a_table_of_gib_per_role_and_worker(tabs, demo_files):
     assert len(cells) == 6 and all(float(c) >= 0 for c in cells) and float(cells[4]) > 0  # GiB, device total
     assert "GiB" in page.inner_text("#memory-plan")
     tab.check("new-memory-plan", "phone")
+
+
+@pytest.mark.slow
+def test_playground_streams_a_model_beside_its_base(tabs, demo_files, serve_url):
+    """On the live OpenAI route (Ray Serve on the session's Ray): a project model's base is offered
+    beside it; greedy, each pane streams what the route answers for the same conversation, and a
+    second turn carries each side's own reply."""
+    import httpx
+
+    from core.db import session_scope
+    from core.models import File
+    from tests.api.console.console_data import _model
+
+    key, assets, files = demo_files
+    tab = tabs(key)
+    page = tab.page
+    with session_scope() as db:
+        project_id = db.get(File, files["sft"]).project_id
+    model = _model(project_id, None, "policy", assets["model"], path=assets["model"])  # weights as its base's
+    tab.goto("/playground")
+    page.wait_for_selector(f"#pg-models option[value='{model}']", state="attached")
+    page.fill("#pg-model", model)
+    page.dispatch_event("#pg-model", "change")
+    assert page.input_value("#pg-other") == assets["model"]  # its base, filled in
+    page.fill("#pg-temperature", "0")
+    page.fill("#pg-max-tokens", "12")
+    types = []
+    page.on("response", lambda r: types.append(r.headers.get("content-type", "")) if r.url.endswith("/chat/completions") else None)
+    for turn, question in enumerate(("What is 2 + 2?", "And 3 + 3?"), 1):
+        page.fill("#pg-message", question)
+        page.click("#pg-send")
+        page.wait_for_function(f"() => document.querySelectorAll('.pg-assistant').length === {2 * turn} && "
+                               "!document.querySelector('.pg-assistant[data-state=streaming]')", timeout=240_000)
+        states = page.eval_on_selector_all(".pg-pane", "els => els.map(e => e.innerText)")
+        assert page.locator(".pg-assistant[data-state=done]").count() == 2 * turn, states
+    assert types and all(t.startswith("text/event-stream") for t in types), types
+    first = {"role": "user", "content": "What is 2 + 2?"}
+    for name in (model, assets["model"]):
+        shown = page.locator(f".pg-pane[data-model='{name}'] .pg-assistant").first.inner_text()
+        answer = httpx.post(f"{tab.base}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"}, timeout=120,
+                            json={"model": name, "temperature": 0, "max_tokens": 12, "messages": [first]}).json()
+        assert shown == answer["choices"][0]["message"]["content"], (name, answer)
+    assert page.locator(".pg-pane").count() == 2 and page.locator(".pg-user").count() == 4
+    tab.check("playground", "desktop")
