@@ -175,3 +175,38 @@ def test_refuses_what_it_cannot_score(demo_assets, teacher, tmp_path):
         with pytest.raises(ConfigError) as err:
             build_config(DistillPolicyConfig, spec)
         assert err.value.param == param
+
+
+def test_teacher_log_probs_are_cached_per_batch(demo_assets, teacher):
+    """A batch scored again costs no forward: the same log-probs come back, marked cached; another
+    batch is computed."""
+    from engine.roles.batch import build_batch
+    from engine.roles.teacher import Teacher
+
+    cfg = build_config(DistillPolicyConfig, SPEC)
+    role = Teacher(cfg, teacher)
+    tokenizer = AutoTokenizer.from_pretrained(teacher)
+    prompt = _prompt_ids(tokenizer, "What is 2 + 3?")
+    batch = build_batch([prompt, prompt], [[5, 6, 7], [8, 9]], prompt_width=32, response_width=MAX_RESPONSE,
+                        pad_id=tokenizer.pad_token_id)
+    first, again = role.compute_teacher_log_prob(batch), role.compute_teacher_log_prob(batch)
+    assert not first["cached"] and again["cached"]
+    assert torch.equal(first["log_probs"], again["log_probs"])
+    mask = batch["response_mask"].bool()
+    assert (first["log_probs"][mask] < 0).all()
+    other = build_batch([prompt], [[5, 6, 8]], prompt_width=32, response_width=MAX_RESPONSE,
+                        pad_id=tokenizer.pad_token_id)
+    assert not role.compute_teacher_log_prob(other)["cached"]
+
+
+def test_runs_on_ray_with_the_teacher_beside_the_roles(demo_assets, teacher, ray_local, tmp_path):
+    """The Ray executor: the teacher is a role of the colocated workers; one step reports its metrics."""
+    import dataclasses
+
+    reporter = RecordingReporter()
+    request = dataclasses.replace(make_request(demo_assets, teacher, tmp_path, steps=1),
+                                  resources=Resources(num_workers=1))
+    run_distill_policy(request, reporter)
+    assert "teacher" in {p["role"] for p in reporter.of("placement")[0]["workers"]}
+    values = reporter.of("metrics")[-1]["values"]
+    assert values["distill/reverse_kl/mean"] > 0 and values["distill/teacher_logprob/mean"] < 0
