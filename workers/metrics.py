@@ -108,7 +108,7 @@ class WorkerCollector(Collector):
 
         jobs = GaugeMetricFamily("keel_worker_jobs_running", "Jobs this worker's processes are running.",
                                  labels=["method"])
-        for method in ("sft", "reward_model", "rm_distill", "dpo", "ppo"):
+        for method in ("sft", "reward_model", "rm_distill", "dpo", "ppo", "distill_policy"):
             jobs.add_metric([method], running.get(method, 0))
         yield jobs
         step = GaugeMetricFamily("keel_worker_step_seconds", "Latest step duration of the running jobs (mean).",

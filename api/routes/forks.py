@@ -64,7 +64,7 @@ def _checkpoint(db: SessionDep, parent: Job, ref: str | int) -> Checkpoint:
 def _param(loc: tuple[Any, ...]) -> str:
     """A location in the method object as the fork's body names it (`hyperparameters.optim.lr`)."""
     parts = [str(p) for p in loc]
-    if parts and parts[0] in ("sft", "reward_model", "rm_distill", "dpo", "ppo", "eval"):
+    if parts and parts[0] in ("sft", "reward_model", "rm_distill", "dpo", "ppo", "distill_policy", "eval"):
         parts = parts[1:]  # the union's tag
     return ".".join(parts)
 
