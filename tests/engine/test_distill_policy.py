@@ -210,3 +210,14 @@ def test_runs_on_ray_with_the_teacher_beside_the_roles(demo_assets, teacher, ray
     assert "teacher" in {p["role"] for p in reporter.of("placement")[0]["workers"]}
     values = reporter.of("metrics")[-1]["values"]
     assert values["distill/reverse_kl/mean"] > 0 and values["distill/teacher_logprob/mean"] < 0
+
+
+def test_lora_student(demo_assets, teacher, tmp_path):
+    """A LoRA student (the actor scores the reference with its adapter off; the teacher is whole)
+    trains and is saved as an adapter."""
+    reporter = RecordingReporter()
+    request = make_request(demo_assets, teacher, tmp_path, steps=2,
+                           overrides={"model": {"lora_rank": 4, "lora_alpha": 8}})
+    result = run_distill_policy(request, reporter)
+    assert result.model_format == "lora"
+    assert all(e["values"]["distill/reverse_kl/mean"] > 0 for e in reporter.of("metrics"))
