@@ -48,7 +48,7 @@ def test_create_fills_in_defaults_with_verl_names(client, auth, db, files, dispa
     assert job["validation_file"] is None and job["output_model"] is None and job["error"] is None
     assert job["metadata"] == {"team": "align"} and job["seed"] == 0 and job["attempts"] == 0
     assert job["resources"] == {"num_workers": 1, "cpus_per_worker": 1.0, "gpus_per_worker": 0.0, "colocate": True,
-                                "placement": "pack", "executor": "ray"}
+                                "placement": "pack", "executor": "ray", "rollout_workers": 0}
     assert job["queue_position"] == 1 and isinstance(job["created_at"], int)
     assert job["started_at"] is None and job["finished_at"] is None
     assert job["progress"] == {"step": None, "total_steps": None, "epoch": None, "seconds_remaining": None}
@@ -83,7 +83,7 @@ def test_create_every_method_with_its_own_defaults(client, auth, db, project_key
     assert hp["algorithm"]["kl_ctrl"] == {"type": "adaptive", "kl_coef": 0.001, "target_kl": 0.1, "horizon": 10000}
     assert job["suffix"] == "gsm8k-v1" and job["seed"] == 7
     assert job["resources"] == {"num_workers": 2, "cpus_per_worker": 1.0, "gpus_per_worker": 1.0, "colocate": True,
-                                "placement": "pack", "executor": "ray"}
+                                "placement": "pack", "executor": "ray", "rollout_workers": 0}
     assert db.get(Job, job["id"]).seed == 7
 
 
