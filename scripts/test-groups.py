@@ -23,15 +23,16 @@ ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
 
 # Balanced by the durations of a full run (`pytest --durations`): in-process training in one, the
-# API's many short tests in another, the end-to-end and fault tests (mostly waiting on jobs) in a third.
-# `embedded` (`keel up` on SQLite, the embedded broker and a local Ray, a few minutes) joins the lightest.
+# API's many short tests in another, the end-to-end and fault tests (mostly waiting on jobs) in a third,
+# and the protocol rooms driven by their real clients (openai, tinker, inference on Ray Serve; the
+# embedded `keel up` stacks), which mostly wait on live stacks, in a fourth.
 GROUPS: dict[str, list[str]] = {
-    "engine": ["engine", "bench", "core", "cli", "cluster", "embedded", "serving"],
-    "api": ["api", "security", "fuzz", "sdk", "openai", "test_architecture.py",
+    "engine": ["engine", "bench", "core", "cli", "cluster"],
+    "api": ["api", "security", "fuzz", "sdk", "test_architecture.py",
             "test_deployment_images.py", "test_deployment_compose.py", "test_deployment_k8s.py",
-            "test_deployment_entrypoint.py",
-            "test_monitoring_deployment.py", "storage", "tinker", "inference"],
+            "test_deployment_entrypoint.py", "test_monitoring_deployment.py", "storage"],
     "workers": ["workers", "faults", "trainers"],
+    "protocols": ["openai", "tinker", "inference", "serving", "embedded"],
 }
 
 
