@@ -11,17 +11,7 @@ import pytest
 import tinker
 from tinker import types
 from tinker.proto import response_conv
-
-TEXTS = ["the cat sat on the mat", "a dog ran in the park", "birds sing at dawn", "rain falls on the roof"]
-
-
-def _supervised(tokenizer) -> list[types.Datum]:
-    data = []
-    for text in TEXTS:
-        ids = tokenizer.encode(text)
-        data.append(types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]),
-                                loss_fn_inputs={"target_tokens": ids[1:], "weights": [1.0] * (len(ids) - 1)}))
-    return data
+from tinker_data import supervised
 
 
 def _forward_logprobs(tc, tokens: list[int]) -> list[float]:
@@ -46,7 +36,7 @@ def _trainer_operations(url: str, key: str, trainer_id: str) -> list[dict]:
 def test_sampler_weights_sample_with_stops_seeds_and_logprobs(service, base_model, tinker_url, tinker_key):
     tc = service.create_lora_training_client(base_model=base_model, rank=8, seed=0).result()
     tokenizer = tc.get_tokenizer()
-    data = _supervised(tokenizer)
+    data = supervised(tokenizer)
     for _ in range(2):
         tc.forward_backward(data, "cross_entropy")
         tc.optim_step(types.AdamParams(learning_rate=5e-3)).result()

@@ -11,18 +11,9 @@ import pytest
 import tinker
 from tinker import types
 from tinker._exceptions import RequestFailedError
+from tinker_data import supervised
 
-TEXTS = ["the cat sat on the mat", "a dog ran in the park", "birds sing at dawn", "rain falls on the roof"]
 ADAM = types.AdamParams(learning_rate=5e-3, grad_clip_norm=1.0)
-
-
-def _supervised(tokenizer) -> list[types.Datum]:
-    data = []
-    for text in TEXTS:
-        ids = tokenizer.encode(text)
-        data.append(types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]),
-                                loss_fn_inputs={"target_tokens": ids[1:], "weights": [1.0] * (len(ids) - 1)}))
-    return data
 
 
 def _loss(tc, data) -> float:
@@ -47,7 +38,7 @@ def _delete_trainer(url: str, key: str, model_id: str) -> None:
 @pytest.mark.filterwarnings("ignore:DEPRECATED. TrainingClient.load_state:FutureWarning")  # the legacy form, on purpose
 def test_save_state_and_resume_with_and_without_optimizer(service, base_model, tinker_url, tinker_key):
     tc = service.create_lora_training_client(base_model=base_model, rank=8, seed=0).result()
-    data = _supervised(tc.get_tokenizer())
+    data = supervised(tc.get_tokenizer())
     for _ in range(3):
         _step(tc, data)
     saved = tc.save_state("after-3").result()
@@ -96,5 +87,5 @@ def test_loads_of_what_holds_no_training_state_fail_naming_path(service, base_mo
         assert err.value.category == types.RequestErrorCategory.User, err.value
         assert "path" in err.value.message
     # the model still takes requests after the failed loads
-    data = _supervised(tc.get_tokenizer())[:1]
+    data = supervised(tc.get_tokenizer())[:1]
     assert _loss(tc, data) > 0

@@ -13,17 +13,7 @@ import tinker
 from tinker import types
 from tinker._exceptions import RequestFailedError
 from tinker.lib.api_future_impl import _APIFuture
-
-TEXTS = ["the cat sat on the mat", "a dog ran in the park", "birds sing at dawn", "rain falls on the roof"]
-
-
-def _supervised(tokenizer) -> list[types.Datum]:
-    data = []
-    for text in TEXTS:
-        ids = tokenizer.encode(text)
-        data.append(types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]),
-                                loss_fn_inputs={"target_tokens": ids[1:], "weights": [1.0] * (len(ids) - 1)}))
-    return data
+from tinker_data import TEXTS, supervised
 
 
 def _keel(url: str, key: str, path: str) -> dict:
@@ -44,7 +34,7 @@ def test_supervised_steps_learn_and_the_session_closes(tinker_url, tinker_key, b
         tc = service.create_lora_training_client(base_model=base_model, rank=16, seed=0).result()
         assert tc.model_id.endswith(":train:0")
         tokenizer = tc.get_tokenizer()  # get_info's tokenizer_id: the local model directory
-        data = _supervised(tokenizer)
+        data = supervised(tokenizer)
 
         forward = tc.forward(data, "cross_entropy").result()
         first = tc.forward_backward(data, "cross_entropy").result()
@@ -88,7 +78,7 @@ def test_importance_sampling_steps(service, base_model):
     tokenizer = tc.get_tokenizer()
     prompts = [tokenizer.encode(t) for t in TEXTS]
     # The "sampler" log-probs: the policy's own, so the first ratio is 1.
-    scored = tc.forward(_supervised(tokenizer), "cross_entropy").result()
+    scored = tc.forward(supervised(tokenizer), "cross_entropy").result()
     data = []
     for ids, out, advantage in zip(prompts, scored.loss_fn_outputs, (1.0, -1.0, 0.5, -0.5), strict=True):
         n = len(ids) - 1
@@ -120,7 +110,7 @@ def _post(url: str, key: str, path: str, body: dict) -> dict:
 
 def test_bad_requests_fail_as_user_errors_naming_the_field(service, base_model, tinker_url, tinker_key):
     tc = service.create_lora_training_client(base_model=base_model, rank=4).result()
-    data = _supervised(tc.get_tokenizer())
+    data = supervised(tc.get_tokenizer())
 
     error = _failure(tc.forward_backward(data, "gspo"))  # Tinker knows it; Keel does not
     assert "loss_fn" in str(error)
