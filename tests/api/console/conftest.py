@@ -9,12 +9,15 @@ import os
 import secrets
 import shutil
 import subprocess
+import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from tests.api.console.console_data import (
+    LONG_TEACHER,
     ROOT,
     VIEWPORTS,
     _checkpoint,
@@ -28,7 +31,6 @@ from tests.api.console.console_data import (
     _project,
     _samples,
 )
-from tests.inference.conftest import serve_url  # noqa: F401  (Ray Serve for the playground test)
 
 PPO_CONFIG = {"algorithm": {"adv_estimator": "gae", "kl_ctrl": {"kl_coef": 0.001}}, "actor": {"optim": {"lr": 1e-6}},
               "data": {"train_batch_size": 8}, "rollout": {"n": 1, "temperature": 1.0, "stop": []}}
@@ -172,7 +174,7 @@ def method_jobs(database):
     file_id = _file(project_id)
     jobs = {}
     for method in ("sft", "dpo", "reward_model", "rm_distill"):
-        spec = {"type": method, **({"teacher": "/models/base"} if method == "rm_distill" else {})}
+        spec = {"type": method, **({"teacher": LONG_TEACHER} if method == "rm_distill" else {})}
         job = _job(project_id, file_id, "/models/base", spec, status="succeeded", started_at=utcnow() - timedelta(seconds=75),
                    finished_at=utcnow(), progress={"step": 12, "total_steps": 12},
                    manifest=_manifest(file_id, method, {"optim": {"lr": 1e-4}}))
@@ -203,3 +205,60 @@ def demo_files(database):
             assert r.status_code in (200, 201), r.text
             files[purpose] = r.json()["id"]
     return key, assets, files
+
+
+_SERVE = """
+import json, sys
+import ray
+from engine.serving.deployment import start
+ray.init(address=sys.argv[1], log_to_driver=False)
+print(start(port=int(sys.argv[2]), options=json.loads(sys.argv[3])), flush=True)
+"""
+_SERVE_STOP = """
+import sys
+import ray
+from ray import serve
+ray.init(address=sys.argv[1], log_to_driver=False)
+serve.shutdown()
+"""
+
+
+def _serving(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/-/routes", timeout=2, trust_env=False).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture
+def serve_url(ray_cluster, keel_home):
+    """Ray Serve's ingress on the session's Ray (as `keel up` starts it), a free loopback port, and the
+    API pointed at it: the playground's OpenAI route answers through it. Half a CPU, one replica. Serve
+    has one proxy per Ray cluster: one already serving is reused, and the one started here is shut down
+    after the test, so tests/inference (later in the same session) can start its own on the same Ray."""
+    from bench.common import free_ports
+    from core.config import settings
+
+    if _serving(settings.SERVE_URL):
+        yield settings.SERVE_URL
+        return
+    port = free_ports(1)[0]
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+    options = {"replica_cpus": 0.5, "max_replicas": 1, "idle_s": 600.0}
+    log = keel_home / "console-serve.log"
+    with open(log, "wb") as out:
+        subprocess.run([sys.executable, "-c", _SERVE, ray_cluster, str(port), json.dumps(options)], cwd=ROOT, env=env,
+                       stdout=out, stderr=subprocess.STDOUT, timeout=300, check=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while not _serving(url):  # routed once the proxy lists the ingress
+        if time.monotonic() > deadline:
+            pytest.fail(f"Serve did not come up on {url}: {log.read_text()[-2000:]}")
+        time.sleep(0.5)
+    before, settings.SERVE_URL = settings.SERVE_URL, url
+    yield url
+    settings.SERVE_URL = before
+    subprocess.run([sys.executable, "-c", _SERVE_STOP, ray_cluster], cwd=ROOT, env=env, capture_output=True, timeout=120,
+                   check=False)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
+LONG_TEACHER = "/models/" + "a-rather-long-directory-name/" * 3 + "teacher-final"
+"""A reference long enough that the console cuts it in the middle."""
 SFT_ROWS = [{"prompt": f"What is {i} + {i}?", "response": f"{2 * i}"} for i in range(12)]
 
 

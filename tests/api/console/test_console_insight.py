@@ -13,7 +13,7 @@ import secrets
 
 import pytest
 
-from tests.api.console.console_data import ROOT, VIEWPORTS, _project, _trainer
+from tests.api.console.console_data import LONG_TEACHER, ROOT, VIEWPORTS, _project, _trainer
 
 AXE = ROOT / "tests/api/console/vendor/axe-core/axe.min.js"
 KEY_METRICS = {
@@ -60,6 +60,11 @@ def test_key_metrics_lead_each_method_above_the_fold(tabs, seeded, method_jobs, 
         # The key row comes before every other section of the page.
         order = page.evaluate("[...document.querySelectorAll('main section.card, main .summary')].map(e => e.id || e.className)")
         assert order[0] == "card key-card", order
+        if method == "rm_distill":  # a long path is cut in the middle: both ends stay readable
+            teacher = page.locator(".summary dd .ident").nth(1)
+            assert teacher.get_attribute("title") == LONG_TEACHER
+            text = teacher.inner_text()
+            assert text.startswith("/models/a-rather") and text.endswith("teacher-final") and "…" in text
         tab.check(f"job-{method}", viewport)
         tab.close()
 

@@ -3,7 +3,7 @@
 // in the comparison page (their metrics overlaid).
 
 import { api } from "../api.js";
-import { badge, clear, duration, errorBox, h, progressBar, table, when } from "../ui.js";
+import { badge, clear, duration, errorBox, h, ident, progressBar, table, when } from "../ui.js";
 
 const STATUSES = ["", "queued", "running", "cancelling", "pausing", "paused", "succeeded", "failed", "cancelled"];
 const METHODS = ["", "sft", "reward_model", "rm_distill", "dpo", "ppo", "eval"];
@@ -42,7 +42,7 @@ export async function jobsPage(main, _params, page) {
         { title: "Job", render: (j) => h("a", { href: `#/jobs/${j.id}` }, j.suffix ? `${j.id} (${j.suffix})` : j.id) },
         { title: "Status", render: (j) => badge(j.status) },
         { title: "Method", render: (j) => j.method.type },
-        { title: "Model", render: (j) => h("span.mono.clip", { title: j.model }, j.model) },
+        { title: "Model", render: (j) => ident(j.model, 32) },
         { title: "Progress", render: (j) => progressBar(j.progress) },
         { title: "ETA", render: (j) => j.status === "running" ? duration(j.progress.seconds_remaining)
           : j.status === "queued" && j.queue_position ? `#${j.queue_position} in queue` : "—" },

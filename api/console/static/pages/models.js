@@ -3,7 +3,7 @@
 // reward model. Drawn oldest first, so the pipeline reads SFT -> RM -> distilled RM -> PPO.
 
 import { api, download, listAll } from "../api.js";
-import { clear, errorBox, h, table, when } from "../ui.js";
+import { clear, errorBox, h, ident, table, when } from "../ui.js";
 
 const METHOD_LABEL = { sft: "SFT", reward_model: "RM", rm_distill: "distilled RM", ppo: "PPO", dpo: "DPO", eval: "eval" };
 
@@ -76,7 +76,7 @@ export async function modelsPage(main, _params, page) {
       h("div.muted.small", `${m.kind} · ${m.format}`),
       job ? h("div.small", "job ", h("a.mono", { href: `#/jobs/${job.id}` }, job.id)) : null,
       h("ul.lineage-inputs", ins.map(([role, ref]) => h("li", h("span.muted", `${role}: `),
-        ref.startsWith("model-") ? h("a.mono", { href: `#/models?id=${ref}` }, ref) : h("span.mono.clip", { title: ref }, ref))))),
+        ref.startsWith("model-") ? h("a.mono", { href: `#/models?id=${ref}` }, ref) : ident(ref, 32))))),
   ]);
   lineage.append(h("h3", "Lineage of ", h("span.mono", selected)), h("div.lineage#lineage-chain", steps));
 }
