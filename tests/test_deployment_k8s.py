@@ -1,17 +1,22 @@
 """deploy/k8s: every manifest passes the Kubernetes JSON schema (kubernetes-validate, strict), the
 RayCluster passes deploy/k8s/schemas (written from KubeRay's CRD) and its pod templates the
-PodTemplateSpec schema; settings, resources, mounts and images agree with the API and workers."""
+PodTemplateSpec schema; settings, resources, mounts and images agree with the API and workers; inference
+(serve.yaml) runs `keel serve` on the jobs' RayCluster and the API reaches its ingress."""
 
 from __future__ import annotations
 
 import copy
 import json
 import re
+import textwrap
+from urllib.parse import urlsplit
 
 import jsonschema
 import kubernetes_validate
 import pytest
-from deployment_files import ENTRYPOINT, K8S, ROOT, SETTINGS, VERSION, option
+import typer.main
+import yaml
+from deployment_files import ENTRYPOINT, K8S, RAY_ENV, ROOT, SETTINGS, VERSION, option
 
 K8S_VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
 RAYCLUSTER_SCHEMA = json.loads((ROOT / "deploy/k8s/schemas/raycluster-ray.io-v1.json").read_text())
@@ -67,14 +72,17 @@ def test_the_kubernetes_schema_rejects_a_broken_deployment():
         _validate_k8s(broken)
 
 
-def _pod_specs() -> dict[str, dict]:
-    """{name: pod spec} of every workload: Deployments, the Job, and the RayCluster's groups."""
-    pods = {d["metadata"]["name"]: d["spec"]["template"]["spec"]
-            for d in K8S if d["kind"] in ("Deployment", "Job")}
+def _pod_templates() -> dict[str, dict]:
+    """{name: pod template} of every workload: Deployments, the Job, and the RayCluster's groups."""
+    pods = {d["metadata"]["name"]: d["spec"]["template"] for d in K8S if d["kind"] in ("Deployment", "Job")}
     (rc,) = _by_kind("RayCluster")
-    pods["ray-head"] = rc["spec"]["headGroupSpec"]["template"]["spec"]
-    pods.update({f"ray-{g['groupName']}": g["template"]["spec"] for g in rc["spec"]["workerGroupSpecs"]})
+    pods["ray-head"] = rc["spec"]["headGroupSpec"]["template"]
+    pods.update({f"ray-{g['groupName']}": g["template"] for g in rc["spec"]["workerGroupSpecs"]})
     return pods
+
+
+def _pod_specs() -> dict[str, dict]:
+    return {name: template["spec"] for name, template in _pod_templates().items()}
 
 
 def test_k8s_settings_are_real_and_point_at_the_ray_head_service():
@@ -154,3 +162,87 @@ def test_k8s_api_and_migrate_run_the_api_image():
     assert service["spec"]["ports"][0]["targetPort"] in {p["name"] for p in container["ports"]}
     (migrate,) = _named("Job", "keel-migrate")["spec"]["template"]["spec"]["containers"]
     assert migrate["image"] == f"keel-api:{VERSION}" and migrate["command"] == ["keel", "migrate"]
+
+
+def _serve_container() -> tuple[dict, list[str], list[str], dict]:
+    """keel-serve's container, the `ray start` options before `--`, the command after it, and that
+    command's options as `keel serve` parses them."""
+    from keel_cli.main import app
+
+    (container,) = _pod_specs()["keel-serve"]["containers"]
+    args = container["args"]
+    ray_args, command = args[:args.index("--")], args[args.index("--") + 1:]
+    assert command[:2] == ["keel", "serve"]
+    params = typer.main.get_command(app).commands["serve"].make_context("serve", command[2:]).params
+    return container, ray_args, command, params
+
+
+def test_k8s_serve_runs_keel_serve_on_the_jobs_ray_cluster():
+    container, ray_args, _, params = _serve_container()
+    assert container["command"] == [ENTRYPOINT] and container["image"] == f"keel-worker:{VERSION}"
+    # A Ray node that offers nothing: replicas and job actors go to the worker groups.
+    assert option(ray_args, "num-cpus") == "0" and option(ray_args, "num-gpus") == "0"
+    assert params["host"] == "0.0.0.0"  # the proxies must accept the API's connections from other pods
+    # The same settings as the workers, hence the same KEEL_RAY_ADDRESS: one cluster, so admission
+    # (the free resources Ray reports) counts the model replicas.
+    refs = {next(iter(ref.values()))["name"] for ref in container["envFrom"]}
+    assert refs == {"keel-settings", "keel-secrets"}
+    env = {e["name"]: e for e in container["env"]}
+    entrypoint = (ROOT / ENTRYPOINT.removeprefix("/app/")).read_text()
+    for name in env:
+        if name.startswith("KEEL_"):
+            assert name.removeprefix("KEEL_") in SETTINGS, name
+        else:
+            assert name in RAY_ENV or name in entrypoint, name
+    (rc,) = _by_kind("RayCluster")
+    token = env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert token == {"name": rc["spec"]["authOptions"]["secretName"], "key": "auth_token"}
+    assert env["RAY_AUTH_MODE"]["value"] == rc["spec"]["authOptions"]["mode"]
+    assert _named("Deployment", "keel-serve")["spec"]["replicas"] == 1
+
+
+def test_k8s_api_reaches_the_serve_ingress_on_the_ray_head():
+    settings = _named("ConfigMap", "keel-settings")["data"]
+    url = urlsplit(settings["KEEL_SERVE_URL"])
+    service = _named("Service", "keel-ingress")
+    (port,) = service["spec"]["ports"]
+    assert url.scheme == "http" and url.hostname == service["metadata"]["name"] and url.port == port["port"]
+    # The API reads KEEL_SERVE_URL from the ConfigMap, and nothing overrides it.
+    (api,) = _pod_specs()["keel-api"]["containers"]
+    assert "keel-settings" in {next(iter(ref.values()))["name"] for ref in api["envFrom"]}
+    assert "KEEL_SERVE_URL" not in {e["name"] for e in api.get("env", [])}
+    # Only the head always runs a Serve proxy: the Service selects it and nothing else.
+    pods = _pod_templates()
+    selector = service["spec"]["selector"].items()
+    assert [name for name, pod in pods.items() if selector <= pod["metadata"]["labels"].items()] == ["ray-head"]
+    # The proxies listen on `keel serve`'s port (KEEL_SERVE_URL's unless --port says otherwise), which the
+    # head's named container port and so the Service's target must be.
+    *_, params = _serve_container()
+    listen = params["port"] or url.port
+    (head,) = pods["ray-head"]["spec"]["containers"]
+    assert {p["name"]: p["containerPort"] for p in head["ports"]}[port["targetPort"]] == listen
+
+
+@pytest.mark.slow  # imports ray
+def test_the_documented_serve_config_builds_the_ingress_application():
+    """docs/inference.md's serveConfigV2 (a RayService, or `serve deploy`) names a real application
+    builder, and its options are the engine's."""
+    import importlib
+
+    from ray import serve
+    from ray.serve.schema import ServeDeploySchema
+
+    text = (ROOT / "docs/inference.md").read_text()
+    block = re.search(r"```yaml\n( *serveConfigV2:.*?)```", text, re.DOTALL)[1]
+    fragment = yaml.safe_load(textwrap.dedent(block))
+    config = yaml.safe_load(fragment["serveConfigV2"])
+    ServeDeploySchema.model_validate(config)
+    (application,) = config["applications"]
+    module, attribute = application["import_path"].split(":")
+    build = getattr(importlib.import_module(module), attribute)
+    deployment = importlib.import_module("engine.serving.deployment")
+    assert application["name"] == deployment.INGRESS_APP
+    assert set(application["args"]["options"]) <= set(deployment.DEFAULTS)
+    assert isinstance(build(application["args"]), serve.Application)
+    assert application["route_prefix"] == "/"
+    assert config["http_options"]["port"] == urlsplit(_named("ConfigMap", "keel-settings")["data"]["KEEL_SERVE_URL"]).port
