@@ -1,9 +1,10 @@
 """docker-compose.yml starts what it claims to: settings are real Settings fields, every Ray node has
-explicit resources, volumes, Redis AOF, shutdown grace, the GPU variant."""
+explicit resources, volumes, Redis AOF, shutdown grace, the GPU variant, `keel serve` and the API's way to it."""
 
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 from deployment_files import COMPOSE, ENTRYPOINT, PYPROJECT, RAY_ENV, ROOT, SERVICES, SETTINGS, option
 
@@ -146,3 +147,15 @@ def test_gpu_variant_builds_cuda_torch_with_the_gpu_extra_and_reserves_the_gpus(
         assert service["image"] != SERVICES["worker"]["image"]
     for name in set(SERVICES) - set(gpu):
         assert "devices" not in str(SERVICES[name].get("deploy", {})), name
+
+
+def test_compose_serve_joins_the_jobs_cluster_and_the_api_reaches_the_heads_proxy():
+    ray_args, command = _ray_start("serve")
+    assert command[:2] == ["keel", "serve"] and option(command, "host") == "0.0.0.0"
+    assert option(ray_args, "num-cpus") == "0" and option(ray_args, "num-gpus") == "0"
+    assert _environment("serve")["KEEL_RAY_ADDRESS"] == _environment("worker")["KEEL_RAY_ADDRESS"]
+    # Serve keeps a proxy on the head whatever the replicas do, on `keel serve`'s port.
+    url = urlsplit(_environment("api")["KEEL_SERVE_URL"])
+    heads = [name for name in RAY_NODES if "--head" in _ray_start(name)[0]]
+    assert [url.hostname] == heads and int(option(command, "port") or url.port) == url.port
+    assert _environment("serve")["KEEL_SERVE_URL"] == _environment("api")["KEEL_SERVE_URL"]
