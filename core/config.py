@@ -130,8 +130,8 @@ class Settings(BaseSettings):
     INFERENCE_MAX_TOKENS: int = Field(default=4096, ge=1)
     """Most tokens one completion request may ask to generate (`max_tokens`, `max_completion_tokens`)."""
     SERVE_URL: str = "http://127.0.0.1:8100"
-    """Ray Serve's HTTP ingress the API forwards completions to (`keel up` and the worker entrypoint
-    start it on this host and port; keep it on loopback or a private network)."""
+    """Ray Serve's HTTP ingress the API forwards completions to (`keel serve` listens on its port; in
+    compose and Kubernetes it names the Ray head's Serve proxy; keep it on loopback or a private network)."""
     SERVE_MAX_REPLICAS: int = Field(default=2, ge=1)
     """Most replicas of one base model's deployment (autoscaled on queue depth from 0)."""
     SERVE_MAX_ADAPTERS: int = Field(default=8, ge=1)
