@@ -65,12 +65,13 @@ def worker(concurrency: int = typer.Option(1, help="Jobs this worker runs at onc
     os.execvp(sys.executable, _worker_argv(concurrency, loglevel))
 
 
-def _require_one_cluster(concurrency: int) -> None:
+def _require_one_cluster(concurrency: int, address: str | None = None) -> None:
     """A job must never run twice at once: every worker process shares one Ray cluster
-    (`workers.capacity.single_cluster_problem`), else the worker does not start."""
+    (`workers.capacity.single_cluster_problem`; `address`: the worker's, default KEEL_RAY_ADDRESS),
+    else the worker does not start."""
     from workers.capacity import single_cluster_problem
 
-    problem = single_cluster_problem(concurrency)
+    problem = single_cluster_problem(concurrency, ray_address=address)
     if problem:
         typer.echo(f"keel worker: {problem}", err=True)
         raise typer.Exit(2)
@@ -116,35 +117,53 @@ def serve(host: str = typer.Option("", help="Listen address (default: KEEL_SERVE
 
 @server_app.command()
 def up(concurrency: int = typer.Option(1, help="Jobs run at once by the embedded worker.")) -> None:
-    """Run the whole service on this machine: migrations, a worker (with a local Ray and the sweeper)
-    and the API."""
+    """Run the whole service on this machine: migrations, a Ray head on loopback (unless
+    KEEL_RAY_ADDRESS names a cluster), a worker (and the sweeper) and inference on it, and the API."""
+    from keel_cli import ray_head
+
     s = _settings()
     s.home.mkdir(parents=True, exist_ok=True)
     migrate()
     key = _ensure_default_project(s.home)
-    _require_one_cluster(concurrency)
-    worker_proc = subprocess.Popen(_worker_argv(concurrency, "INFO"), start_new_session=True)
-    # Inference on its own loopback Ray beside the worker's (docs/inference.md).
-    serve_proc = subprocess.Popen([sys.executable, "-m", "keel_cli.main", "serve"], start_new_session=True)
-    url = f"http://{s.HOST}:{s.PORT}"
-    typer.echo(f"\nKeel is starting on {url}\n  console: {url}/\n  docs:    {url}/docs\n  project: default")
-    if key:
-        typer.echo(f"  API key: {key}   (shown once; also saved to {s.home / 'api_key'})")
-    else:
-        typer.echo(f"  API key: see {s.home / 'api_key'} (or `keel keys create --project default`)")
-    typer.echo("Press Ctrl-C to stop.\n")
+    # One Ray for jobs and Serve, so admission sees serving replicas (docs/inference.md).
+    port = None if s.RAY_ADDRESS else ray_head.free_ports(1)[0]
+    address = s.RAY_ADDRESS or f"127.0.0.1:{port}"
+    _require_one_cluster(concurrency, address)
+    env = ray_head.environment(address)
     # uvicorn restores the previous SIGTERM handler after its graceful shutdown and re-raises the
-    # signal: this handler turns it into an exception, so the worker below is stopped on TERM too.
+    # signal: this handler turns it into an exception, so everything started below is stopped on TERM too.
     signal.signal(signal.SIGTERM, _raise_system_exit)
+    procs: list[subprocess.Popen] = []
+    head = None
     try:
+        if port is not None:
+            try:
+                head = ray_head.start(port, s.RAY_NUM_CPUS, s.home / "ray-head.log", env)
+            except RuntimeError as exc:
+                typer.echo(f"keel up: {exc}", err=True)
+                raise typer.Exit(1) from None
+        procs.append(subprocess.Popen(_worker_argv(concurrency, "INFO"), env=env, start_new_session=True))
+        procs.append(subprocess.Popen([sys.executable, "-m", "keel_cli.main", "serve"], env=env,
+                                      start_new_session=True))
+        url = f"http://{s.HOST}:{s.PORT}"
+        typer.echo(f"\nKeel is starting on {url}\n  console: {url}/\n  docs:    {url}/docs\n  project: default")
+        if key:
+            typer.echo(f"  API key: {key}   (shown once; also saved to {s.home / 'api_key'})")
+        else:
+            typer.echo(f"  API key: see {s.home / 'api_key'} (or `keel keys create --project default`)")
+        typer.echo(f"  Ray:     {address}" + (f" (log: {head.log})" if head else ""))
+        typer.echo("Press Ctrl-C to stop.\n")
         api(host=None, port=None)
     except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it shut down on: not an error here
         pass
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave the worker running
-        typer.echo("stopping Keel (the worker finishes its shutdown) ...")
-        _stop(worker_proc)
-        _stop(serve_proc)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave anything running
+        if procs:
+            typer.echo("stopping Keel (the worker finishes its shutdown) ...")
+        for proc in procs:
+            _stop(proc)
+        if head is not None:  # last: the worker and inference run on it
+            _stop(head.proc)
     typer.echo("Keel stopped.")
 
 
@@ -153,9 +172,10 @@ def _raise_system_exit(signum, _frame) -> None:
 
 
 def _stop(proc: subprocess.Popen, grace: float = 15.0) -> None:
-    """TERM the worker's main process (Celery's warm shutdown stops its pool, whose Ray shuts down with
-    it), then KILL whatever is left of its process group after a grace period. Not TERM to the whole
-    group: Ray's signal handler in the pool process printed a stack dump for it."""
+    """TERM a child's main process (the worker: Celery's warm shutdown stops its pool; `ray start`: it
+    stops its GCS, raylet and Ray workers), then KILL whatever is left of its process group after a
+    grace period. Not TERM to the whole group: Ray's signal handler in the pool process printed a stack
+    dump for it."""
     try:
         if proc.poll() is None:
             proc.terminate()

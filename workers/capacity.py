@@ -16,6 +16,7 @@ and refuse to start a second worker process that would run jobs on a Ray cluster
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import socket
@@ -135,9 +136,10 @@ def claim_check(job_id: str, spec: dict[str, Any]) -> Admission:
 # --- one cluster per deployment --------------------------------------------------------------------
 
 def _alive_here(src: str) -> bool:
-    """False for a `local:<this host>:<pid>` source whose process is gone (a crashed worker's rows)."""
+    """False for a `local:<this host>:<pid>` source whose process is gone (a crashed worker's rows), and
+    for a loopback address nothing listens on: a Ray of this host that is gone (a stopped `keel up`'s)."""
     if not src.startswith(LOCAL_PREFIX):
-        return True
+        return not _loopback(src) or _listening(src)
     host, _, pid = src[len(LOCAL_PREFIX):].rpartition(":")
     if host != socket.gethostname() or not pid.isdigit():
         return True
@@ -148,6 +150,25 @@ def _alive_here(src: str) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _loopback(address: str) -> bool:
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _listening(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def single_cluster_problem(concurrency: int, *, ray_address: str | None = None,

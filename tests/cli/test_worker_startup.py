@@ -77,3 +77,19 @@ def test_workers_sharing_a_cluster_and_a_crashed_local_worker_are_fine(run_keel,
         db.execute(update(ClusterNode).values(observed_at=db_now(db) - timedelta(seconds=600)))
         publish(db, f"local:{socket.gethostname()}:999999", [Node("n-mine", "127.0.0.1", 2, 2, 0, 0)])
     assert run_keel("worker").exit_code == 0 and len(execs) == 2
+
+
+def test_a_stopped_keel_ups_loopback_ray_is_gone(run_keel, own_database, execs, monkeypatch):
+    """`keel up` publishes its loopback Ray's address: while something listens there that Ray is up and
+    another worker is refused; once nothing does (that `keel up` stopped), its fresh rows are no reason."""
+    import socket
+
+    monkeypatch.setattr(settings, "RAY_ADDRESS", "")
+    listener = socket.create_server(("127.0.0.1", 0))
+    address = f"127.0.0.1:{listener.getsockname()[1]}"
+    with session_scope() as db:
+        publish(db, address, [Node("n-up", "127.0.0.1", 2, 2, 0, 0)])
+    result = run_keel("worker")
+    assert result.exit_code == 2 and execs == [] and address in result.stderr
+    listener.close()
+    assert run_keel("worker").exit_code == 0 and len(execs) == 1

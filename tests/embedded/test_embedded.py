@@ -1,7 +1,7 @@
 """The end-to-end flows over HTTP against `keel up` on its embedded defaults (SQLite, the embedded
 broker, a local Ray; see conftest.py), with the host in a non-UTC zone: uploads, SFT -> RM -> distill
 -> PPO, DPO, the OpenAI fine-tuning routes with the official client, an interactive trainer then a job
-(idle release frees its CPU), pause / resume / cancel, the SSE stream, 200 polls of a running job
+(idle release frees its CPU), pause / resume / cancel, a serving replica counted in admission, the SSE stream, 200 polls of a running job
 without an error, timestamps in UTC. The last test stops the stack with SIGINT, as Ctrl-C does.
 
 Tests run in this file's order (the last one stops the shared stack); step counts are tiny."""
@@ -191,6 +191,41 @@ def test_running_job_polls_stream_pause_resume_cancel(http, demo, files):
     assert resumed["status"] == "running", resumed["error"]
     assert http.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
     assert _wait(http, job_id, ("cancelled", "failed", "succeeded"), 180)["status"] == "cancelled"
+
+
+def test_a_serving_replica_counts_in_admission(stack, http, demo, files):
+    """Jobs and Serve share `keel up`'s one Ray. Idle, Serve holds no CPU (the jobs above had them all);
+    while a replica of the demo model is up, the capacity the worker publishes lacks its CPU
+    (`KEEL_SERVE_REPLICA_CPUS`: 1) and a job needing every CPU waits for resources. On a Ray of Serve's
+    own, as before, that job ran at once."""
+    import sqlite3
+    from contextlib import closing
+
+    def published() -> tuple[float, float]:  # the cluster_node rows the API's admission reads
+        with closing(sqlite3.connect(stack.home / "keel.db")) as db:
+            return db.execute("SELECT sum(cpus_total), sum(cpus_available) FROM cluster_node").fetchone()
+
+    chat = {"model": demo["model"], "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    r = http.post("/v1/chat/completions", json=chat, timeout=180)  # its first request starts a replica
+    assert r.status_code == 200, r.text
+    deadline = time.monotonic() + 60
+    while (held := published())[0] - held[1] != 1.0:
+        assert time.monotonic() < deadline, held
+        time.sleep(0.5)
+    total = int(held[0])
+    job = http.post("/v1/jobs", json={"model": demo["model"], "training_file": files["sft_train"],
+                                      "method": TINY_SFT, "resources": {"cpus_per_worker": total}})
+    assert job.status_code == 201, job.text
+    job_id = job.json()["id"]
+    try:
+        for _ in range(20):  # 10 s: the sweeper and the worker's claim both looked more than once
+            seen = http.get(f"/v1/jobs/{job_id}").raise_for_status().json()
+            assert seen["status"] == "queued", seen
+            time.sleep(0.5)
+        assert seen["queue_reason"] == "waiting_for_resources", seen
+        assert http.post("/v1/chat/completions", json=chat, timeout=60).status_code == 200  # still served
+    finally:
+        http.post(f"/v1/jobs/{job_id}/cancel")
 
 
 def test_ctrl_c_stops_quietly(stack):
