@@ -45,8 +45,11 @@ def _find_browser() -> str | None:
     return None
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def browser():
+    # Module scope, not package: this folder has no __init__.py, so pytest would keep a "package" fixture
+    # for the whole session, and Playwright's sync API holds an event loop on the main thread while it
+    # runs, which breaks every later test that calls asyncio.run (or Playwright) in the same session.
     path = _find_browser()
     if path is None:
         proc = subprocess.run(["bash", str(ROOT / "scripts/test-browser.sh")], check=False, capture_output=True,
