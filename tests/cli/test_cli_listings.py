@@ -66,7 +66,10 @@ def test_models_and_checkpoints_list(cli_env, run_keel):
     assert listed.exit_code == 0, listed.output
     rows = [line.split("\t") for line in listed.stdout.strip().splitlines()]
     assert rows[0][:3] == ["id", "kind", "format"] and [model_id, "reward_model", "hf", "rm-a"] == rows[1][:4]
-    assert run_keel("models", "list", "--kind", "policy").stdout.strip().count("\n") == 0  # the header only
+    # Only policies: the project has none, so what is listed are the shared base models (their ids are paths).
+    policies = [line.split("\t") for line in run_keel("models", "list", "--kind", "policy").stdout.strip().splitlines()]
+    assert policies[0][:2] == ["id", "kind"] and all(r[1] == "policy" and r[0].startswith("/") for r in policies[1:])
+    assert model_id not in {r[0] for r in policies}
 
     ckpts = run_keel("checkpoints", "list", job_id)
     assert ckpts.exit_code == 0, ckpts.output
