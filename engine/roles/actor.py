@@ -71,6 +71,17 @@ def mini_batch_totals(role: TrainableRole, batch: Batch, bounds: Sequence[Sequen
     return role._global_sum(local)
 
 
+def policy_rollout(name: str, model: Any, tokenizer: Any, model_path: str, config: PPOConfig, *, seed: int,
+                   device: torch.device) -> Any:
+    """The rollout backend `name` over a policy loaded for `config` (the actor's, or a rollout worker's
+    copy): its LoRA rank as the model resolved it, and room for the longest prompt plus response."""
+    lora_rank = resolve_lora_rank(config.model.lora_rank, count_parameters(model)) if config.model.lora_rank else 0
+    return make_rollout(name, model, tokenizer=tokenizer, model_path=model_path, dtype=config.model.dtype,
+                        lora_rank=lora_rank,
+                        max_model_len=config.data.max_prompt_length + config.data.max_response_length,
+                        seed=seed, config=config, device=device)
+
+
 class ActorRollout(TrainableRole):
     """The policy, its optimizer and its rollout backend.
 
@@ -102,12 +113,8 @@ class ActorRollout(TrainableRole):
         self._ulysses = (config.actor.ulysses_sequence_parallel_size, "actor.ulysses_sequence_parallel_size")
         self._rebuild = lambda: self._build_optimizer(total_steps)
         self.clip_low, self.clip_high = config.actor.clip_low, config.actor.clip_high
-        lora_rank = (resolve_lora_rank(config.model.lora_rank, count_parameters(self.model))
-                     if config.model.lora_rank else 0)
-        self.rollout = make_rollout(rollout, self.model, tokenizer=self.tokenizer, model_path=model_path,
-                                    dtype=config.model.dtype, lora_rank=lora_rank,
-                                    max_model_len=config.data.max_prompt_length + config.data.max_response_length,
-                                    seed=seed, config=config, device=self.device)
+        self.rollout = policy_rollout(rollout, self.model, self.tokenizer, model_path, config, seed=seed,
+                                      device=self.device)
         # Policy version: weight changes seen by the trainer vs syncs the rollout backend received.
         self.weights_version = 0
         self._sync_base = self.rollout.syncs

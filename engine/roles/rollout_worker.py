@@ -17,10 +17,10 @@ import torch
 
 from engine.config import PPOConfig
 from engine.errors import EngineError
-from engine.models import count_parameters, load_policy, load_tokenizer, resolve_lora_rank
+from engine.models import load_policy, load_tokenizer
+from engine.roles.actor import policy_rollout
 from engine.roles.base import Role
 from engine.roles.batch import Batch, build_batch
-from engine.rollout.backends import make_rollout
 from engine.rollout.sampling import SamplingParams
 from engine.runtime.artifacts import Artifacts
 from engine.runtime.precision import Precision
@@ -48,12 +48,8 @@ class RolloutWorker(Role):
         # Built trainable as the actor's is: the same tensors carry requires_grad, and the weights
         # fingerprint reads exactly those (no optimizer: nothing here ever steps).
         self.precision = Precision(config.model.dtype, self.device)
-        lora_rank = (resolve_lora_rank(config.model.lora_rank, count_parameters(self.model))
-                     if config.model.lora_rank else 0)
-        self.rollout = make_rollout(rollout, self.model, tokenizer=self.tokenizer, model_path=model_path,
-                                    dtype=config.model.dtype, lora_rank=lora_rank,
-                                    max_model_len=config.data.max_prompt_length + config.data.max_response_length,
-                                    seed=seed, config=config, device=self.device)
+        self.rollout = policy_rollout(rollout, self.model, self.tokenizer, model_path, config, seed=seed,
+                                      device=self.device)
         self.version = 0
         """The trainer's `weights_version` of the weights held (0: the ones loaded from `model_path`)."""
 
