@@ -29,10 +29,10 @@ from engine.models import (
 from engine.roles.base import MetricSums
 from engine.roles.batch import Batch, build_batch, mini_batch_rows
 from engine.roles.forward import (
-    batched_log_probs,
     iter_micro_batches,
     pad_response,
     policy_log_probs,
+    role_log_probs,
     share_rows,
 )
 from engine.roles.trainable import TrainableRole
@@ -199,11 +199,8 @@ class ActorRollout(TrainableRole):
     # --- log-probs -----------------------------------------------------------------------------
 
     def _log_probs(self, batch: Batch) -> torch.Tensor:
-        a = self.cfg.actor
         with self.precision.autocast(), sharding.gathered(self.sharded):
-            return batched_log_probs(self.model, batch, temperature=self.cfg.rollout.temperature,
-                                     dynamic=a.use_dynamic_bsz, max_tokens=a.ppo_max_token_len_per_gpu,
-                                     size=a.ppo_micro_batch_size_per_gpu, device=self.device)
+            return role_log_probs(self.model, batch, self.cfg, self.device)
 
     def compute_log_prob(self, batch: Batch) -> dict[str, Any]:
         """Log-probs of the sampled responses under the current (rollout) policy: `old_log_prob`."""

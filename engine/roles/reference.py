@@ -13,7 +13,7 @@ from engine.config import PPOConfig
 from engine.models import load_reference
 from engine.roles.base import Role
 from engine.roles.batch import Batch
-from engine.roles.forward import batched_log_probs
+from engine.roles.forward import role_log_probs
 from engine.runtime.artifacts import Artifacts
 from engine.runtime.precision import autocast
 
@@ -37,9 +37,6 @@ class Reference(Role):
     def compute_ref_log_prob(self, batch: Batch) -> dict[str, Any]:
         """`log_probs`: `(batch, R)` response log-probs under the reference policy."""
         start = time.perf_counter()
-        a = self.cfg.actor
         with autocast(self.device, self.cfg.model.dtype):
-            log_probs = batched_log_probs(self.model, batch, temperature=self.cfg.rollout.temperature,
-                                          dynamic=a.use_dynamic_bsz, max_tokens=a.ppo_max_token_len_per_gpu,
-                                          size=a.ppo_micro_batch_size_per_gpu, device=self.device)
+            log_probs = role_log_probs(self.model, batch, self.cfg, self.device)
         return {"log_probs": log_probs, "time_s": time.perf_counter() - start}

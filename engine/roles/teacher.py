@@ -19,7 +19,7 @@ from engine.config import PPOConfig
 from engine.models import load_reference
 from engine.roles.base import Role
 from engine.roles.batch import Batch
-from engine.roles.forward import batched_log_probs
+from engine.roles.forward import role_log_probs
 from engine.runtime.artifacts import Artifacts
 from engine.runtime.precision import autocast
 
@@ -52,11 +52,8 @@ class Teacher(Role):
             self.hits += 1
             log_probs = self.cache[key]
         else:
-            a = self.cfg.actor
             with autocast(self.device, self.cfg.model.dtype):
-                log_probs = batched_log_probs(self.model, batch, temperature=self.cfg.rollout.temperature,
-                                              dynamic=a.use_dynamic_bsz, max_tokens=a.ppo_max_token_len_per_gpu,
-                                              size=a.ppo_micro_batch_size_per_gpu, device=self.device)
+                log_probs = role_log_probs(self.model, batch, self.cfg, self.device)
             self.cache[key] = log_probs
             while len(self.cache) > CACHED_BATCHES:
                 self.cache.pop(next(iter(self.cache)))
