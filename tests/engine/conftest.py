@@ -28,7 +28,8 @@ def ray_local():
 
 @pytest.fixture(scope="module")
 def one_thread():
-    """Session tests run torch on one thread (as a trainer's actor does), then restore the count."""
+    """Engine tests that train run torch on one thread (the timing and equivalence checks expect it), then
+    restore the count."""
     import torch
 
     before = torch.get_num_threads()

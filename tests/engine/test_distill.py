@@ -15,13 +15,7 @@ from engine.methods.reward_model import run_reward_model
 from engine.methods.rm_distill import TEACHER_SCORES, bernoulli_kl, run_rm_distill
 from engine.runtime.reporting import RecordingReporter
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread (tests/engine/conftest.py)
 
 
 @pytest.fixture(scope="module")

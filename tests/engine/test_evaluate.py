@@ -27,12 +27,7 @@ TINY = {"data": {"max_prompt_length": 32, "max_response_length": 6, "val_batch_s
         "rollout": {"n": 4, "temperature": 1.0}}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread (tests/engine/conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -13,13 +13,7 @@ from engine.models import reward_scores, token_values
 from engine.runtime.checkpoint import COMPLETE, HF_EXPORT, latest_checkpoint
 from engine.runtime.reporting import RecordingReporter
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread (tests/engine/conftest.py)
 
 
 def _batch(demo_assets):

@@ -29,12 +29,7 @@ PACKED, PADDED = ModelConfig(use_remove_padding=True), ModelConfig(use_remove_pa
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread (tests/engine/conftest.py)
 
 
 def sequences(lengths, seed=0):

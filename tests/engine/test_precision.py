@@ -23,13 +23,7 @@ from tests.engine.test_reward_model import rm_request
 from tests.engine.test_roles import _train_batch, config, rollout
 from tests.engine.test_sft import sft_request
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread (tests/engine/conftest.py)
 
 
 def changed_share(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor],

@@ -14,13 +14,7 @@ from engine.config import JobRequest, Resources, RewardModelConfig, build_config
 from engine.methods.reward_model import bradley_terry_loss, run_reward_model
 from engine.runtime.reporting import RecordingReporter
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread (tests/engine/conftest.py)
 
 
 def rm_request(assets, tmp, *, steps=12, workers=1, config=None, **fields) -> JobRequest:

@@ -25,13 +25,7 @@ from engine.errors import Cancelled, ConfigError
 from engine.runtime.checkpoint import CheckpointError
 from engine.runtime.reporting import RecordingReporter
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread (tests/engine/conftest.py)
 
 
 def request(assets, tmp, method, *, strategy, workers=2, steps=3, model=None, trainer=None) -> JobRequest:

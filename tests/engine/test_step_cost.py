@@ -14,13 +14,7 @@ from engine.models import disable_dropout, load_policy
 from engine.schedule import build_optimizer
 from tests.engine.test_roles import _train_batch, config, rollout
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread (tests/engine/conftest.py)
 
 
 @pytest.fixture(scope="module")

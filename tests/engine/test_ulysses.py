@@ -17,12 +17,7 @@ LENGTHS = (37, 20, 14)
 """71 tokens: odd, so the row is padded to a multiple of the group."""
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread (tests/engine/conftest.py)
 
 
 def _batch():

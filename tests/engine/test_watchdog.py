@@ -10,7 +10,6 @@ import sys
 import time
 
 import pytest
-import torch
 
 from engine.config import (
     JobRequest,
@@ -26,13 +25,7 @@ from engine.runtime.checkpoint import is_complete
 from engine.runtime.reporting import RecordingReporter
 from engine.runtime.watchdog import DURATION_GRACE_S, MaxDurationExceeded, WatchedReporter, run_watched
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread (tests/engine/conftest.py)
 
 
 def request_for(method: str, assets, tmp, *, steps: int = 6, guardrails=None, trainer=None,
