@@ -26,7 +26,14 @@ from engine.algos.losses import (
     ppo_threshold_loss,
     value_loss,
 )
-from engine.algos.masked import explained_variance, masked_mean, masked_sum, masked_var, masked_whiten
+from engine.algos.masked import (
+    explained_variance,
+    last_index,
+    masked_mean,
+    masked_sum,
+    masked_var,
+    masked_whiten,
+)
 from engine.algos.outcome import (
     compute_reinforce_plus_plus_advantages,
     compute_reinforce_plus_plus_baseline_advantages,
@@ -60,6 +67,7 @@ __all__ = [
     "group_has_signal",
     "importance_sampling_loss",
     "kl_penalty",
+    "last_index",
     "log_probs_and_entropy",
     "log_probs_from_logits",
     "masked_mean",

@@ -120,3 +120,11 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
     diff_var = masked_var(returns - values, mask)
     return_var = masked_var(returns, mask)
     return float((1.0 - diff_var / (return_var + 1e-5)).item())
+
+
+def last_index(mask: torch.Tensor) -> torch.Tensor:
+    """`(batch,)` index of each row's last 1 in `mask` `(batch, len)` (0 for an all-zero row): where a
+    sequence score goes. Not `mask.sum(-1) - 1`: a multi-turn episode's mask has holes (the
+    environment's tokens) before its last sampled token."""
+    positions = torch.arange(mask.shape[-1], device=mask.device).expand_as(mask)
+    return torch.where(mask.bool(), positions, 0).amax(dim=-1)

@@ -29,6 +29,7 @@ from engine.algos import (
     explained_variance,
     group_has_signal,
     kl_penalty,
+    last_index,
     masked_mean,
     masked_var,
     overlong_penalty,
@@ -130,7 +131,7 @@ def step_advantages(cfg: PPOConfig, rollout: dict[str, Any], kl_ctrl: AdaptiveKL
     mask = batch["response_mask"]
     lengths = mask.sum(-1)
     token_scores = torch.zeros(mask.shape, dtype=torch.float32)
-    token_scores[torch.arange(len(scores)), (lengths - 1).clamp(min=0)] = scores
+    token_scores[torch.arange(len(scores)), last_index(mask)] = scores
     reverse_kl = None
     if rollout.get("teacher") is not None:  # on-policy distillation: the teacher's reward on every token
         d = cfg.distill

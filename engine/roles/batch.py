@@ -6,7 +6,9 @@ Layout (right-padded, so every model reads natural positions and Hugging Face po
     attention_mask  (batch, P + R)
     prompt_lens     (batch,)        real prompt tokens per row
     responses       (batch, R)      response tokens, right-padded
-    response_mask   (batch, R)      1 on real response tokens (EOS included)
+    response_mask   (batch, R)      1 on real response tokens (EOS included); in a multi-turn episode
+                                    1 only on the tokens the policy sampled, 0 on the environment's
+                                    (the attention mask still covers them)
 
 `P` = `data.max_prompt_length`, `R` = `data.max_response_length`: fixed widths, so batches from
 several workers (or a replay buffer) concatenate without re-padding. Models only ever see a
@@ -28,8 +30,10 @@ Batch = dict[str, torch.Tensor]
 
 
 def build_batch(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *, prompt_width: int,
-                response_width: int, pad_id: int) -> Batch:
-    """Lay out prompt/response id lists as a `Batch` (see the module docstring)."""
+                response_width: int, pad_id: int, loss_masks: Sequence[Sequence[int]] | None = None) -> Batch:
+    """Lay out prompt/response id lists as a `Batch` (see the module docstring). `loss_masks` (one per
+    response, its length): the response mask of multi-turn episodes, 0 on tokens the policy did not
+    sample; without it every response token is 1."""
     n = len(prompts)
     width = prompt_width + response_width
     input_ids = torch.full((n, width), pad_id, dtype=torch.long)
@@ -44,7 +48,12 @@ def build_batch(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[i
         input_ids[i, :len(seq)] = torch.as_tensor(seq, dtype=torch.long)
         attention_mask[i, :len(seq)] = 1
         resp[i, :len(r)] = torch.as_tensor(list(r), dtype=torch.long)
-        resp_mask[i, :len(r)] = 1
+        if loss_masks is None:
+            resp_mask[i, :len(r)] = 1
+        else:
+            if len(loss_masks[i]) != len(r):
+                raise ValueError(f"row {i}: a loss mask of {len(loss_masks[i])} for {len(r)} response tokens")
+            resp_mask[i, :len(r)] = torch.as_tensor(list(loss_masks[i]), dtype=torch.long)
         prompt_lens[i] = len(p)
     return {"input_ids": input_ids, "attention_mask": attention_mask, "prompt_lens": prompt_lens,
             "responses": resp, "response_mask": resp_mask}
