@@ -147,6 +147,10 @@ class Settings(BaseSettings):
     MLFLOW_TRACKING_URI_PREFIXES: list[str] = Field(default_factory=list)
     """MLflow tracking URIs jobs may name besides http(s) ones on public addresses, as prefixes (JSON list,
     e.g. `["http://mlflow.internal:5000", "file:///srv/mlruns"]`): an internal server or a shared directory."""
+    ENV_ALLOWED_HOSTS: list[str] = Field(default_factory=list)
+    """Hosts (names or addresses, JSON list, e.g. `["envs.internal", "10.0.0.7"]`) a job's remote environment
+    (`environment: {"type": "openenv", "url": ...}`) may name although they are not public addresses; any
+    other URL must pass the public-address check (`core.environments`). Checked again at connect time."""
 
     @model_validator(mode="before")
     @classmethod
