@@ -24,6 +24,7 @@ from engine.config.ppo import (
     FilterGroupsConfig,
     GuardrailConfig,
     KLControlConfig,
+    MultiTurnConfig,
     OverlongBufferConfig,
     PPOConfig,
     RefConfig,
@@ -45,7 +46,7 @@ from engine.config.supervised import DPOConfig, RewardModelConfig, RMDistillConf
 __all__ = [
     "GROUP_ESTIMATORS", "METHOD_CONFIGS", "ActorConfig", "AlgorithmConfig", "CriticConfig", "DPOConfig",
     "DataConfig", "DistillConfig", "DistillPolicyConfig", "EvalConfig", "EvalDataConfig", "EvalModelConfig", "EvalRolloutConfig", "FSDPConfig",
-    "FilterGroupsConfig", "GuardrailConfig", "JobRequest", "JobResult", "KLControlConfig", "ModelConfig",
+    "FilterGroupsConfig", "GuardrailConfig", "JobRequest", "JobResult", "KLControlConfig", "ModelConfig", "MultiTurnConfig",
     "OptimConfig", "OverlongBufferConfig", "PPOConfig", "RMDistillConfig", "RefConfig", "Resources",
     "ResultFile", "RewardFilterConfig", "RewardModelConfig", "RewardShapingConfig", "RolloutConfig",
     "RolloutCorrectionConfig", "SFTConfig", "StepGuardrailConfig", "TrainerConfig", "build_config",

@@ -18,6 +18,7 @@ from engine.config.ppo import (
     ActorConfig,
     CriticConfig,
     GuardrailConfig,
+    MultiTurnConfig,
     PPOConfig,
     RolloutConfig,
     RolloutCorrectionConfig,
@@ -111,7 +112,10 @@ def _check(config: Any, prefix: str) -> None:
         value = getattr(config, f.name)
         if not isinstance(value, int) or isinstance(value, bool):
             continue
-        if f.name in _POSITIVE or any(part in f.name for part in _POSITIVE_PARTS):
+        if f.name == "max_episode_tokens":  # 0: the response width
+            if value < 0:
+                fail(f.name, f"{prefix + f.name} must not be negative")
+        elif f.name in _POSITIVE or any(part in f.name for part in _POSITIVE_PARTS):
             if value <= 0:
                 fail(f.name, f"{prefix + f.name} must be positive")
         elif f.name in _NON_NEGATIVE and value < 0:
@@ -137,6 +141,8 @@ def _check(config: Any, prefix: str) -> None:
             fail("min_distinct_ratio", "min_distinct_ratio must lie in [0, 1]")
         if config.max_logprob_diff is not None and not config.max_logprob_diff > 0:
             fail("max_logprob_diff", "max_logprob_diff must be positive")
+    if isinstance(config, MultiTurnConfig) and not 0.0 <= config.max_failed_frac <= 1.0:
+        fail("max_failed_frac", f"{prefix}max_failed_frac must lie in [0, 1]")
     if isinstance(config, RolloutConfig) and not 0.0 < config.gpu_memory_utilization <= 1.0:
         fail("gpu_memory_utilization", "gpu_memory_utilization must lie in (0, 1]")
     for name in ("max_duration_s", "step_timeout_s"):
@@ -157,6 +163,7 @@ def _check(config: Any, prefix: str) -> None:
         if config.algorithm.filter_groups.enable and estimator not in GROUP_ESTIMATORS:
             raise ConfigError("filter_groups needs a group estimator: grpo, rloo or reinforce_plus_plus_baseline",
                               param=prefix + "algorithm.filter_groups.enable")
+        _check_multi_turn(config, prefix)
         buffer = config.reward.overlong_buffer
         if buffer.enable and not 0 < buffer.len < config.data.max_response_length:
             raise ConfigError("reward.overlong_buffer.len must lie in (0, data.max_response_length)",
@@ -195,6 +202,24 @@ def _check_distill(config: DistillPolicyConfig, prefix: str) -> None:
     if config.rollout.mode != "sync" or not config.rollout.colocate:
         raise ConfigError("distill_policy needs rollout.mode sync with rollout.colocate true (the teacher scores "
                           "each batch in its step)", param=prefix + "rollout.mode")
+
+
+def _check_multi_turn(config: PPOConfig, prefix: str) -> None:
+    """Episodes are run by the actor in the step that trains on them, and are never replayed (a
+    replayed row would carry no episode)."""
+    turns = config.rollout.multi_turn
+    if not turns.enable:
+        return
+    if turns.max_episode_tokens > config.data.max_response_length:
+        raise ConfigError("rollout.multi_turn.max_episode_tokens must not exceed data.max_response_length",
+                          param=prefix + "rollout.multi_turn.max_episode_tokens")
+    if config.rollout.mode != "sync" or not config.rollout.colocate:
+        raise ConfigError("rollout.multi_turn needs rollout.mode sync with rollout.colocate true",
+                          param=prefix + "rollout.multi_turn.enable")
+    if config.guardrails.reward_filter.replay_buffer_size:
+        raise ConfigError("rollout.multi_turn does not replay samples: set "
+                          "guardrails.reward_filter.replay_buffer_size to 0",
+                          param=prefix + "rollout.multi_turn.enable")
 
 
 def _check_pipelined(config: PPOConfig, prefix: str) -> None:

@@ -92,6 +92,26 @@ class RefConfig:
 
 
 @dataclass(frozen=True)
+class MultiTurnConfig:
+    """Multi-turn episodes (agentic RL): each prompt row runs as an episode against its environment
+    (the job's `environment`, or the row's `environment` column), the policy trained on the tokens
+    it sampled only (`engine.rollout.episodes`, docs/agentic-rl.md)."""
+
+    enable: bool = False
+    max_turns: int = 4
+    """Assistant turns per episode; an episode still going after them is truncated."""
+    max_tool_calls: int = 8
+    """Tool calls per episode; past them the episode is truncated."""
+    max_episode_tokens: int = 0
+    """Tokens after the prompt (assistant and environment); 0: `data.max_response_length`."""
+    tool_format: Literal["hermes"] = "hermes"
+    """How tool calls are written in the assistant text (`<tool_call>{json}</tool_call>`)."""
+    max_failed_frac: float = 0.25
+    """More than this fraction of a step's episodes failed (the environment raised) fails the job
+    (`environment_failed`); below it the failed episodes train nothing and are counted."""
+
+
+@dataclass(frozen=True)
 class RolloutConfig:
     """Sampling (VERL: `actor_rollout_ref.rollout`)."""
 
@@ -126,6 +146,7 @@ class RolloutConfig:
     partial: Literal["finish", "continue"] = "finish"
     """A batch whose generation is in flight at a weight update: `finish` on the version it started
     with (counted stale), or `continue` its remaining prompt groups on the new version."""
+    multi_turn: MultiTurnConfig = MultiTurnConfig()
 
     @property
     def staleness(self) -> int:
