@@ -7,13 +7,15 @@ Layouts, told from the first row and required of every row:
   assistant message may carry `"weight": 0` (context only) or `1` (trained, the default).
 - `preference` (dpo): `{"input": {"messages": [...]}, "preferred_output": [assistant message],
   "non_preferred_output": [assistant message]}`.
-- `reinforcement`: `{"messages": [...], ...reference fields}`, the last message not an assistant's; the
-  other fields are what graders read as `{{item.<field>}}`.
+- `reinforcement`: `{"messages": [...], "tools"?: [...], ...reference fields}`, the last message not an
+  assistant's; the other fields are what graders read as `{{item.<field>}}`. A row with `tools` (OpenAI
+  function tools, checked) is an agentic row: an episode with the built-in `tools` environment.
 
 Conversion (pure Python, in the API): chat -> Keel `sft` rows, one per trained assistant message, its
 prompt the whole conversation before it (earlier assistant turns included as context), so the loss
 covers every trained assistant turn and nothing else; preference -> `preference` rows; reinforcement
--> `prompts` rows whose `ground_truth` is the row as JSON (the grader's `item`). Tool calls, function
+-> `prompts` rows whose `ground_truth` is the row as JSON (the grader's `item`) and, for a row with `tools`,
+whose `environment` is `{"type": "tools", "tools": [...]}` (engine/environments/building.py). Tool calls, function
 calls and tool results are kept as text in the message content; `tools`/`functions` definitions become
 a leading system message; `developer` messages become `system` messages.
 """
@@ -21,6 +23,7 @@ a leading system message; `developer` messages become `system` messages.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -31,6 +34,8 @@ KEEL_PURPOSE = {"chat": "sft", "preference": "preference", "reinforcement": "pro
 """The Keel dataset purpose each layout converts to."""
 _ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 MAX_LINE_BYTES = 64 * 1024**2
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_FUNCTION_FIELDS = {"name", "description", "parameters", "strict"}
 
 
 class FormatError(Exception):
@@ -147,7 +152,10 @@ def convert_row(kind: str, record: dict[str, Any], line: int, row: int) -> list[
         return [{"prompt": prompt, "chosen": chosen, "rejected": rejected}]
     messages = _messages(record, "", bad)
     if kind == "reinforcement":
-        return [{"prompt": messages, "ground_truth": json.dumps(record, ensure_ascii=False, sort_keys=True)}]
+        out = {"prompt": messages, "ground_truth": json.dumps(record, ensure_ascii=False, sort_keys=True)}
+        if record.get("tools") is not None:  # an agentic row: an episode with the built-in tools environment
+            out["environment"] = {"type": "tools", "tools": _function_tools(record["tools"], bad)}
+        return [out]
     rows = []
     raw = record["messages"]
     offset = len(messages) - len(raw)  # a leading tools message shifts the indices
@@ -186,6 +194,37 @@ def _messages(holder: dict[str, Any], prefix: str, bad) -> list[dict[str, str]]:
     for i, m in enumerate(raw):
         out.append(_message(m, f"{prefix}messages[{i}]", bad))
     return out
+
+
+def _function_tools(tools: list[Any], bad) -> list[dict[str, Any]]:
+    """A reinforcement row's `tools`, checked as OpenAI's function tools (`{"type": "function", "function":
+    {"name", "description"?, "parameters"?, "strict"?}}`): they become the row's `tools` environment."""
+    names: set[str] = set()
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise bad(f"tools[{i}]", "must be an object {type: function, function: {name, ...}}")
+        if tool.get("type") != "function":
+            raise bad(f"tools[{i}].type", f"must be 'function', got {tool.get('type')!r}")
+        for key in sorted(set(tool) - {"type", "function"}):
+            raise bad(f"tools[{i}].{key}", "unknown field of a function tool")
+        fn = tool.get("function")
+        if not isinstance(fn, dict):
+            raise bad(f"tools[{i}].function", "must be an object with name, description, parameters")
+        for key in sorted(set(fn) - _FUNCTION_FIELDS):
+            raise bad(f"tools[{i}].function.{key}", f"unknown field (one of {', '.join(sorted(_FUNCTION_FIELDS))})")
+        name = fn.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
+            raise bad(f"tools[{i}].function.name", "must be 1 to 64 letters, digits, _ or -")
+        if name in names:
+            raise bad(f"tools[{i}].function.name", f"{name!r} is defined twice")
+        names.add(name)
+        if "description" in fn and not isinstance(fn["description"], str):
+            raise bad(f"tools[{i}].function.description", "must be a string")
+        if "parameters" in fn and not isinstance(fn["parameters"], dict):
+            raise bad(f"tools[{i}].function.parameters", "must be a JSON Schema object")
+        if fn.get("strict") is not None and not isinstance(fn["strict"], bool):
+            raise bad(f"tools[{i}].function.strict", "must be a boolean")
+    return tools
 
 
 def _message(m: Any, param: str, bad) -> dict[str, str]:

@@ -1,4 +1,9 @@
-"""Grader objects: validation (each error names its field as `param`) and templates."""
+"""Grader objects: validation (each error names its field as `param`) and templates.
+
+A template reads `{{sample.<field>}}` and `{{item.<field>}}` (dotted paths; list indices as numbers). A
+single response's sample holds `output_text` and `output_json`; a multi-turn episode's (`episode_sample`)
+adds `output_tools` (OpenAI's name) and `messages` (Keel's: the transcript), so a grader can judge the whole
+episode, e.g. a score_model judge given `{{sample.messages}}`."""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import ast
 import json
 import math
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.rewards.formula import FUNCTIONS, parse_formula
@@ -253,6 +259,29 @@ def _templates(spec: dict[str, Any], param: str) -> list[tuple[str, str]]:
         return [(where, text) for i, m in enumerate(spec["input"])
                 for text, where in _content_texts(m["content"], f"{param}.input.{i}.content")]
     return [(f"{param}.{k}", spec[k]) for k in ("input", "reference") if isinstance(spec.get(k), str)]
+
+
+def episode_sample(final_text: str, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The `sample` of a multi-turn episode: OpenAI's `output_text` / `output_json` read the final assistant
+    turn and `output_tools` lists every tool call of the episode (OpenAI's `{"id", "type": "function",
+    "function": {"name", "arguments"}}`, arguments as a JSON string); Keel's `messages` is the transcript
+    after the prompt (assistant turns with their `tool_calls`, tool results), rendered as JSON."""
+    calls = []
+    for message in messages:
+        if message.get("role") != "assistant":
+            continue
+        for i, call in enumerate(message.get("tool_calls") or []):
+            fn = call.get("function") if isinstance(call.get("function"), dict) else call
+            arguments = fn.get("arguments", {})
+            calls.append({"id": call.get("id") or f"call_{len(calls)}_{i}", "type": "function",
+                          "function": {"name": fn.get("name"), "arguments": arguments if isinstance(arguments, str)
+                                       else json.dumps(arguments, ensure_ascii=False)}})
+    try:
+        output_json = json.loads(final_text)
+    except ValueError:
+        output_json = None
+    return {"output_text": final_text, "output_json": output_json, "output_tools": calls,
+            "messages": [dict(m) for m in messages]}
 
 
 def render(template: str, sample: dict[str, Any], item: dict[str, Any], param: str = "template") -> str:

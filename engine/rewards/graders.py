@@ -25,7 +25,8 @@ A grader is a JSON object (OpenAI's shapes; validation in engine/rewards/grader_
   model is loaded once per process and reused for every batch.
 
 Templates: `{{sample.output_text}}` (the response), `{{sample.output_json.<field>}}`, and
-`{{item.<field>}}` (a field of the dataset row, dotted for nested objects). A field that is missing is
+`{{item.<field>}}` (a field of the dataset row, dotted for nested objects); a multi-turn episode's sample
+(`sample_of(final_text, messages)`) adds `{{sample.output_tools}}` and `{{sample.messages}}`. A field that is missing is
 a `GraderError` whose `param` names the template.
 
 A sample a grader cannot score (a missing field, a python grader that raises, returns something that is
@@ -64,6 +65,7 @@ from engine.rewards.grader_spec import (
     OPERATIONS,
     TYPES,
     GraderError,
+    episode_sample,
     item_fields,
     model_refs,
     render,
@@ -251,7 +253,11 @@ def errors_object(error: dict[str, Any] | None) -> dict[str, Any]:
 
 # --- single samples, the rule reward, the job's grader ------------------------------------------------
 
-def sample_of(text: str) -> dict[str, Any]:
+def sample_of(text: str, messages: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """A response's sample; with `messages` (a multi-turn episode's transcript, `text` its final assistant
+    turn) also `output_tools` and `messages` (grader_spec.episode_sample)."""
+    if messages is not None:
+        return episode_sample(text, messages)
     try:
         output_json = json.loads(text)
     except ValueError:
