@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.pagination import Page
+from api.schemas.environments import EnvironmentSpec
 from api.schemas.forks import ForkedFrom
 from api.schemas.hyperparameters import (
     MAX_OVERRIDES,
@@ -130,6 +131,9 @@ class PPOMethod(_Method):
 
     type: Literal["ppo"]
     reward: RewardSpec
+    environment: EnvironmentSpec | None = None
+    """With `hyperparameters.rollout.multi_turn.enable`: every prompt's episode environment (a row's
+    `environment` column overrides it; docs/agentic-rl.md)."""
     hyperparameters: PPOConfig = Field(default_factory=PPOConfig)
 
 

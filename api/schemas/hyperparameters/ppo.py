@@ -107,6 +107,25 @@ class RefConfig(Strict):
     `resources.num_workers` and the model's attention and key/value heads."""
 
 
+class MultiTurnConfig(Strict):
+    """Multi-turn episodes (agentic RL, docs/agentic-rl.md): each prompt runs as an episode against its
+    environment (the job's `method.environment`, or the row's `environment` column); the policy trains
+    on the tokens it sampled only. Needs `rollout.mode: sync` with `colocate: true`, and no replay."""
+
+    enable: bool = False
+    max_turns: Annotated[int, Field(ge=1, le=256)] = 4
+    """Assistant turns per episode; an episode still going after them is truncated."""
+    max_tool_calls: Annotated[int, Field(ge=1, le=1024)] = 8
+    """Tool calls per episode; past them the episode is truncated."""
+    max_episode_tokens: Annotated[int, Field(ge=0, le=MAX_SIZE)] = 0
+    """Tokens after the prompt (assistant and environment); 0: `data.max_response_length` (at most that)."""
+    tool_format: Literal["hermes"] = "hermes"
+    """How tool calls are written in the assistant text (`<tool_call>{json}</tool_call>`)."""
+    max_failed_frac: Share = 0.25
+    """More than this fraction of a step's episodes failed (the environment raised) fails the job
+    with `environment_failed`; below it the failed episodes train nothing (`episode/failed`)."""
+
+
 class RolloutConfig(Strict):
     """Sampling (VERL: `actor_rollout_ref.rollout`)."""
 
@@ -145,6 +164,7 @@ class RolloutConfig(Strict):
     """A batch whose generation is in flight at a weight update: `finish` on the version it started
     with (counted stale), or `continue` its remaining prompt groups on the new version (needs
     `colocate: false` and a mode other than `sync`)."""
+    multi_turn: MultiTurnConfig = Field(default_factory=MultiTurnConfig)
 
 
 class KLControlConfig(Strict):
@@ -330,6 +350,7 @@ class PPOConfig(Strict):
         for role in ("actor", "critic", "ref"):
             _sp_needs_packing(self, problems, (role,))
         _async_rollout(self, problems)
+        _multi_turn(self, problems)
         if self.rollout.tensor_model_parallel_size > 1 and self.rollout.name != "vllm":
             problems.append((("rollout", "tensor_model_parallel_size"), self.rollout.tensor_model_parallel_size,
                              "rollout.tensor_model_parallel_size > 1 needs rollout.name vllm"))
@@ -359,3 +380,19 @@ def _async_rollout(cfg: PPOConfig, problems: list) -> None:
         problems.append((where, value, why + "guardrails.reward_filter.replay_buffer_size (replayed rows re-scored)"))
     if cfg.algorithm.adv_estimator == "remax":
         problems.append((where, value, why + "adv_estimator remax (its greedy baseline is sampled in step)"))
+
+
+def _multi_turn(cfg: PPOConfig, problems: list) -> None:
+    """Episodes run in the step that trains on them and are never replayed."""
+    turns, r = cfg.rollout.multi_turn, cfg.rollout
+    if not turns.enable:
+        return
+    if turns.max_episode_tokens > cfg.data.max_response_length:
+        problems.append((("rollout", "multi_turn", "max_episode_tokens"), turns.max_episode_tokens,
+                         "rollout.multi_turn.max_episode_tokens must not exceed data.max_response_length"))
+    if r.mode != "sync" or not r.colocate:
+        problems.append((("rollout", "multi_turn", "enable"), True,
+                         "rollout.multi_turn needs rollout.mode sync with rollout.colocate true"))
+    if cfg.guardrails.reward_filter.replay_buffer_size:
+        problems.append((("rollout", "multi_turn", "enable"), True,
+                         "rollout.multi_turn does not replay samples: set replay_buffer_size to 0"))
