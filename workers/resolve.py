@@ -97,6 +97,7 @@ def resolve_request(db: Session, job: Job) -> JobRequest:
         or from_checkpoint(db, job.project_id, spec.get("from_checkpoint")),
         teacher_path=resolve_model(db, job.project_id, teacher, roots, "method.teacher") if teacher else None,
         reward=reward,
+        environment=method_spec.get("environment") if method == "ppo" else None,
         compare_to_path=(resolve_model(db, job.project_id, compare_to, roots, "method.compare_to")
                          if compare_to else None),
         resources=resources(spec.get("resources")),

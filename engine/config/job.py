@@ -48,6 +48,8 @@ class JobRequest:
     """rm_distill: the teacher reward model."""
     reward: dict[str, Any] = field(default_factory=dict)
     """ppo, eval: `{"model_path": dir}` or `{"function": "gsm8k"}`."""
+    environment: dict[str, Any] | None = None
+    """ppo with `rollout.multi_turn`: the job's episode environment spec (a row's own overrides it)."""
     compare_to_path: str | None = None
     """eval: the model whose responses the evaluated model's are judged against (win rate)."""
     resources: Resources = Resources()
