@@ -25,7 +25,7 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {
     "preference": ("margin",),
-    "prompts": ("ground_truth", "data_source"),
+    "prompts": ("ground_truth", "data_source", "environment"),
     "sft": (),
 }
 TRUNCATIONS = ("error", "left", "right", "middle")
@@ -134,6 +134,8 @@ def _check_row(record: dict[str, Any], kind: str, row: int) -> dict[str, Any]:
             elif isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise _bad(column, row, f"must be a finite number, got {value!r}")
             out[column] = float(value)
+        elif column == "environment":
+            out[column] = _check_environment(value, row)
         elif column == "ground_truth":
             if isinstance(value, int) and not isinstance(value, bool):
                 value = str(value)
@@ -145,6 +147,21 @@ def _check_row(record: dict[str, Any], kind: str, row: int) -> dict[str, Any]:
                 raise _bad(column, row, f"must be a string, got {type(value).__name__}")
             out[column] = value
     return out
+
+
+def _check_environment(value: Any, row: int) -> dict[str, Any] | None:
+    """A row's episode environment (multi-turn PPO): a JSON object with a string `type`, given as an
+    object or as its JSON text; null (or an empty string) leaves the row to the job's environment."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise _bad("environment", row, f"not valid JSON: {e.msg}") from e
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        raise _bad("environment", row, "must be a JSON object with a string `type`")
+    return value
 
 
 def _check_text(column: str, value: Any, row: int) -> str:
@@ -199,6 +216,8 @@ class PromptExample:
     conversation: str | list[dict[str, str]] = ""
     """The whole prompt as given (a chat list keeps its system and earlier turns): what a reward model
     with another vocabulary re-tokenizes."""
+    environment: dict[str, Any] | None = None
+    """Multi-turn PPO: the episode's environment spec (the row's `environment` column, else the job's)."""
 
 
 def prompt_token_ids(tokenizer: Any, prompt: str | list[dict[str, str]]) -> list[int]:
@@ -319,13 +338,15 @@ def tokenize_sft(rows: Iterable[dict[str, Any]], tokenizer: Any, max_prompt_leng
 
 
 def tokenize_prompts(rows: Iterable[dict[str, Any]], tokenizer: Any, max_prompt_length: int,
-                     truncation: str, *, filter_overlong_prompts: bool = False) -> list[PromptExample]:
-    """`prompts` rows -> prompt ids (chat template with generation prompt when the tokenizer has one)."""
+                     truncation: str, *, filter_overlong_prompts: bool = False,
+                     environment: dict[str, Any] | None = None) -> list[PromptExample]:
+    """`prompts` rows -> prompt ids (chat template with generation prompt when the tokenizer has one);
+    `environment`: the job's episode environment, for rows without one of their own."""
     _check_truncation(truncation)
     return [PromptExample(
         prompt_ids=_fit_prompt(prompt, max_prompt_length, truncation, i),
         ground_truth=r.get("ground_truth"), data_source=r.get("data_source"), text=_prompt_text(r["prompt"]),
-        conversation=r["prompt"],
+        conversation=r["prompt"], environment=r.get("environment") or environment,
     ) for i, r, prompt in _kept(rows, tokenizer, max_prompt_length, filter_overlong_prompts)]
 
 
