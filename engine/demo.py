@@ -30,11 +30,13 @@ CHAT_TEMPLATE = (
     "{% for m in messages %}"
     "{% if m['role'] == 'system' %}System: {{ m['content'] }}\n"
     "{% elif m['role'] == 'user' %}User: {{ m['content'] }}\n"
+    "{% elif m['role'] == 'tool' %}Tool: {{ m['content'] }}\n"
     "{% else %}Assistant:\n{{ m['content'] }}{{ eos_token }}\n{% endif %}"
     "{% endfor %}"
     "{% if add_generation_prompt %}Assistant:\n{% endif %}"
 )
-"""`User: ...\\nAssistant:\\n`: the response follows the newline and ends with the EOS token."""
+"""`User: ...\\nAssistant:\\n`: the response follows the newline and ends with the EOS token; a tool's
+result (multi-turn episodes, `engine.environments.tools`) is a `Tool: ...` line."""
 
 MODEL_SHAPE = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4}
 """About 0.55M parameters: trains in seconds on CPU, still a real multi-layer Llama."""
