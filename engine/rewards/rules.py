@@ -24,6 +24,8 @@ Built-ins:
   (`re.search`, `flags` given as a string such as `"IS"`).
 - `length_penalty`: `-coef * max(0, num_tokens - target_length) / max(1, max_tokens - target_length)`,
   in [-coef, 0]: pushes towards responses no longer than `target_length` (default 0).
+- `code_tests`: the fraction of the row's tests (`ground_truth`: `{"tests": [...]}`) the response's code
+  passes, run in the sandbox (engine/rewards/code_tests.py; options `timeout_s`, `parallel`).
 
 Choosing a reward: a job's `reward` is either `{"model_path": dir}` (a reward model) or a rule:
 `{"function": "gsm8k", "options": {"format_score": 0.1}}` uses one function for every row, and
@@ -58,6 +60,8 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from engine.errors import ConfigError, DataError
+from engine.rewards.code_tests import check_options as code_tests_options
+from engine.rewards.code_tests import code_tests_reward, deployment_limits
 from engine.rewards.graders import grader_reward, job_grader
 
 RewardFn = Callable[..., float]
@@ -136,6 +140,10 @@ def rule_reward_kwargs(spec: Mapping[str, Any], data_sources: Iterable[str | Non
     if name == "grader":
         job_grader(out["options"], spec.get("grading"))
         out["grading"] = dict(spec.get("grading") or {})
+    if name == "code_tests":  # checked here too: bad options or a deployment without python fail before roles start
+        code_tests_options(out["options"])
+        deployment_limits(spec.get("grading"))
+        out["grading"] = spec.get("grading")
     return out
 
 
@@ -220,3 +228,5 @@ def length_penalty(response: str, ground_truth: str | None, *, num_tokens: int =
 
 # OpenAI-style graders (reinforcement fine-tuning): `{"function": "grader", "options": {"grader": "<json>"}}`.
 register_reward("grader")(grader_reward)
+# Code execution against the row's tests, in the python graders' sandbox (engine/rewards/code_tests.py).
+register_reward("code_tests")(code_tests_reward)
