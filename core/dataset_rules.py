@@ -33,15 +33,18 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {
     "preference": ("margin",),
-    "prompts": ("ground_truth", "data_source"),
+    "prompts": ("ground_truth", "data_source", "environment"),
     "sft": (),
 }
 KINDS = {"prompt": "prompt", "chosen": "text", "rejected": "text", "response": "text",
-         "margin": "number", "ground_truth": "label", "data_source": "tag"}
+         "margin": "number", "ground_truth": "label", "data_source": "tag", "environment": "environment"}
 """prompt: non-empty string or non-empty list of {role, content} messages (VERL's layout);
-text: non-empty string; number: finite number or null; label: string, integer or null; tag: string or null."""
+text: non-empty string; number: finite number or null; label: string, integer or null; tag: string or null;
+environment: a multi-turn episode's environment spec, a JSON object with a string `type` (JSON Lines) or its
+JSON text (parquet: a string column), or null."""
 EXPECTED = {"prompt": "a string (or a list of {role, content} messages)", "text": "a string",
-            "number": "a number", "label": "a string or an integer", "tag": "a string"}
+            "number": "a number", "label": "a string or an integer", "tag": "a string",
+            "environment": "a JSON object with a string `type` (or its JSON text)"}
 MAX_ROWS = 100_000_000
 """More declared rows than this is refused before reading: no real preference set is that big."""
 BATCH_ROWS = 4096

@@ -116,6 +116,10 @@ def _jsonl_cell(column: str, value: Any, row: int, line: int) -> Any:
         if not math.isfinite(value):
             raise bad(f"must be a finite number, got {value}")
         return float(value)
+    if kind == "environment" and isinstance(value, dict):
+        if not isinstance(value.get("type"), str):
+            raise bad("an environment needs a string `type`")
+        return len(json.dumps(value))
     if kind == "label" and isinstance(value, int) and not isinstance(value, bool):
         return len(str(value))
     if isinstance(value, str):
