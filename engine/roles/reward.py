@@ -65,6 +65,11 @@ class Reward(Role):
 
             self.grader = job_grader(self.options, grading, device=self.device, dtype=config.model.dtype,
                                      stage=self.artifacts.stage)
+        self.code_tests = None
+        if function == "code_tests":  # the whole batch at once, sandboxed processes `parallel` at a time
+            from engine.rewards.code_tests import CodeTests
+
+            self.code_tests = CodeTests(self.options, grading)
         self.model = None
         if model_path is not None:
             from engine.config import ModelConfig
@@ -81,6 +86,11 @@ class Reward(Role):
         """`scores`: `(batch,)` float32, one per row; `meta[i]` holds the row's `ground_truth`,
         `data_source`, `prompt` (text) and `conversation` (the prompt as given: text or chat list)."""
         start = time.perf_counter()
+        if self.code_tests is not None:  # `counts`: the step's reward/timeouts and reward/errors
+            texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in self._responses(batch)]
+            values, counts = self.code_tests.score(texts, [m.get("ground_truth") for m in meta])
+            return {"scores": torch.tensor(values, dtype=torch.float32), "counts": counts,
+                    "time_s": time.perf_counter() - start}
         scores = self._model_scores(batch, meta) if self.model is not None else self._rule_scores(batch, meta)
         return {"scores": scores, "time_s": time.perf_counter() - start}
 
