@@ -8,7 +8,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
 from api import bodysize, docs, errors, metrics, middleware, streams
-from api.openai import fine_tuning, graders, inference
+from api.openai import fine_tuning, graders, inference, trajectories
 from api.routes import (
     checkpoints,
     console,
@@ -137,6 +137,7 @@ ROUTERS = (
     fine_tuning.router,  # OpenAI's fine-tuning API (docs/openai.md)
     graders.router,  # its alpha graders endpoints
     inference.router,  # OpenAI's chat completions and completions, answered by Ray Serve (docs/inference.md)
+    trajectories.router,  # the recorded calls' outcomes, trained on by rollout.source trajectories
     webhooks.router,
     secrets.router,
     tensorboard.router,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-OPENAI_PREFIXES = ("/v1/fine_tuning", "/v1/chat/completions", "/v1/completions")
+OPENAI_PREFIXES = ("/v1/fine_tuning", "/v1/chat/completions", "/v1/completions", "/v1/trajectories")
 SHARED_PREFIXES = ("/v1/models", "/v1/files")
 """Keel routes the official client calls too (`models.list`, `files.create`): their problems keep Keel's
 status (Keel's own clients read them) and gain the `error` member."""

@@ -144,6 +144,8 @@ class World:
     """`<segment>/<name>` of the run's one checkpoint (a sampler save, files on disk)."""
     tinker_model_id: str = ""
     """The Keel model that checkpoint is."""
+    trajectory_id: str = ""
+    """A recorded inference call under a trajectory id, scored (`/v1/trajectories`)."""
 
     @property
     def headers(self) -> dict[str, str]:
@@ -158,7 +160,7 @@ class World:
     def ids(self) -> dict[str, str]:
         return {"file_id": self.file_id, "job_id": self.job_id, "checkpoint_id": self.checkpoint_id,
                 "model_id": self.model_id, "webhook_id": self.webhook_id, "trainer_id": self.trainer_id,
-                "operation_id": self.operation_id}
+                "operation_id": self.operation_id, "trajectory_id": self.trajectory_id}
 
     @property
     def tinker_ids(self) -> dict[str, str]:
@@ -178,7 +180,7 @@ def tinker_headers(auth: dict[str, str]) -> dict[str, str]:
 def build_world(client, keel_home: Path, monkeypatch, prefix: str = "world") -> World:
     """Upload two files, create two jobs over HTTP (nothing is dispatched), finish one of them with
     a full event log (status, metrics, checkpoint, done), and add its checkpoint and output model."""
-    from core import events
+    from core import events, trajectories
     from core.db import session_scope
     from core.models import Checkpoint, Job, Model, utcnow
     from workers import dispatch
@@ -241,8 +243,13 @@ def build_world(client, keel_home: Path, monkeypatch, prefix: str = "world") -> 
     assert r.status_code == 202, r.text
     operation_id = r.json()["id"]
     assert client.delete(f"/v1/trainers/{trainer_id}", headers=auth).status_code == 200
+    trajectory_id = f"{prefix}-trajectory"  # as the inference route records a call, without a model server
+    with session_scope() as db:
+        trajectories.record(db, project_id, trajectory_id, "org/name", [1, 2], [{"token_ids": [3], "logprobs": [-0.5]}])
+    r = client.post(f"/v1/trajectories/{trajectory_id}/reward", headers=auth, json={"reward": 1.0})
+    assert r.status_code == 200, r.text
     return World(project_id, key, file_id, spare_file_id, job_id, queued_job_id, checkpoint_id, model_id,
-                 webhook_id=webhook_id, trainer_id=trainer_id, operation_id=operation_id,
+                 webhook_id=webhook_id, trainer_id=trainer_id, operation_id=operation_id, trajectory_id=trajectory_id,
                  **_tinker_world(client, tinker_headers(auth), prefix))
 
 

@@ -70,7 +70,8 @@ def masked(text: str, values: list[str]) -> str:
 def test_every_id_parameter_is_a_known_resource():
     """A new kind of id in a path must be added to World.ids or World.tinker_ids (and so to these tests)."""
     names = {name for r in ID_ROUTES if not r.path.startswith("/api/v1/") for name in path_params(r.path)}
-    assert names == {"file_id", "job_id", "checkpoint_id", "model_id", "webhook_id", "trainer_id", "operation_id"}
+    assert names == {"file_id", "job_id", "checkpoint_id", "model_id", "webhook_id", "trainer_id", "operation_id",
+                     "trajectory_id"}
     tinker = {name for r in ID_ROUTES if r.path.startswith("/api/v1/") for name in path_params(r.path)}
     assert tinker == {"session_id", "run_id", "sampler_id", "checkpoint_id"}
     assert len(ID_ROUTES) >= 19
@@ -82,7 +83,8 @@ def test_another_projects_ids_are_404_everywhere(client, world, other_auth, rout
     headers = headers_for(route.path, other_auth)
     for ids in ({**base, "job_id": world.queued_job_id}, base, {**base, "file_id": world.spare_file_id}):
         url = fill(route.path, ids)
-        kwargs = {"json": {}} if route.method == "POST" and not url.endswith("/cancel") else {}
+        body = {"reward": 0.0} if url.endswith("/reward") else {}  # a valid body: the id alone is refused
+        kwargs = {"json": body} if route.method == "POST" and not url.endswith("/cancel") else {}
         unknown = {k: v[:-4] + "zzzz" for k, v in ids.items()}
         theirs = client.request(route.method, url, headers=headers, **kwargs)
         missing = client.request(route.method, fill(route.path, unknown), headers=headers, **kwargs)
