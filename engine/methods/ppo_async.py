@@ -40,6 +40,7 @@ from engine.config import PPOConfig
 from engine.errors import ConfigError, EngineError
 from engine.methods import ppo_experience as experience
 from engine.methods.ppo_dispatch import RoleDispatch, prompt_meta
+from engine.rewards.code_tests import reward_metrics
 from engine.roles.batch import Batch, build_batch, concat, select, shard_rows
 from engine.rollout.sampling import row_seed
 
@@ -249,6 +250,7 @@ class RolloutPipeline:
                 "timing_s/reward": max(o["time_s"] for o in out["scores"]),
                 **({"timing_s/values": max(o["time_s"] for o in out["values"])} if dispatch.use_critic else {}),
                 "rollout/staleness/mean": float(lags.mean()), "rollout/staleness/max": float(lags.max()),
+                **reward_metrics(out["scores"]),  # code_tests' reward/timeouts, reward/errors
             },
         }
 

@@ -13,6 +13,7 @@ from engine.config import PPOConfig
 from engine.data import PromptExample
 from engine.methods import ppo_experience as experience
 from engine.methods.ppo_dispatch import RoleDispatch, prompt_meta
+from engine.rewards.code_tests import reward_metrics
 from engine.roles.batch import build_batch, concat, select
 from engine.rollout.sampling import row_seed
 
@@ -72,6 +73,7 @@ def collect(dispatch: RoleDispatch, cfg: PPOConfig, prompts: list[PromptExample]
             "timing_s/reward": max(o["time_s"] for o in out["scores"]),
             **({"timing_s/values": max(o["time_s"] for o in out["values"])} if use_critic else {}),
             **({"timing_s/teacher": max(o["time_s"] for o in out["teacher"])} if out["teacher"] else {}),
+            **reward_metrics(out["scores"]),  # code_tests' reward/timeouts, reward/errors: into the step's metrics
         },
     }
     if replayed:  # replayed rows: fresh log-probs and values, the scores they earned
