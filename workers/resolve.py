@@ -7,7 +7,7 @@ remote one (the engine stages and uploads those itself, `engine.runtime.artifact
   if it lies under a model root; anything else (a hub id) is passed through for the engine to load;
 - file ids -> their locations in the artifact store;
 - a `grader` reward -> `reward.grading`: the python-grader limits of the deployment (or None: disabled)
-  and the locations of its score_model graders' models;
+  and the locations of its score_model graders' models; a `code_tests` reward -> those limits;
 - hyperparameters -> the method's frozen config (`engine.config.build_config`);
 - outputs: `jobs/<job_id>/output` and `jobs/<job_id>/checkpoints` in the artifact store;
 - `resume_from`: this job's newest checkpoint in its event log (a re-queued job continues where it
@@ -80,6 +80,8 @@ def resolve_request(db: Session, job: Job) -> JobRequest:
             reward = {"function": reward_spec.get("function"), "options": dict(reward_spec.get("options") or {})}
             if reward["function"] == "grader":
                 reward["grading"] = grading(db, job.project_id, reward["options"], roots)
+            elif reward["function"] == "code_tests":  # the policy's code runs in the python graders' sandbox
+                reward["grading"] = {"python": settings.python_grader_limits}
     teacher = method_spec.get("teacher")
     compare_to = method_spec.get("compare_to")
     return JobRequest(
