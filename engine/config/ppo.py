@@ -147,6 +147,10 @@ class RolloutConfig:
     """A batch whose generation is in flight at a weight update: `finish` on the version it started
     with (counted stale), or `continue` its remaining prompt groups on the new version."""
     multi_turn: MultiTurnConfig = MultiTurnConfig()
+    source: Literal["generate", "trajectories"] = "generate"
+    """`trajectories`: train on recorded, scored agent calls (`engine.methods.ppo_trajectories`)."""
+    trajectory_filter: Literal["unconsumed", "all"] = "unconsumed"
+    """Which scored trajectories the service snapshots for the job (read by the API, not the engine)."""
 
     @property
     def staleness(self) -> int:

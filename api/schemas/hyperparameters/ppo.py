@@ -165,6 +165,12 @@ class RolloutConfig(Strict):
     with (counted stale), or `continue` its remaining prompt groups on the new version (needs
     `colocate: false` and a mode other than `sync`)."""
     multi_turn: MultiTurnConfig = Field(default_factory=MultiTurnConfig)
+    source: Literal["generate", "trajectories"] = "generate"
+    """`generate`: sample `n` responses per prompt of the training file. `trajectories`: train on the
+    project's recorded, scored agent calls instead (docs/trajectories.md): no generation, no reward
+    function; a step takes `data.train_batch_size` groups (`group_id`) of trajectories."""
+    trajectory_filter: Literal["unconsumed", "all"] = "unconsumed"
+    """`source: trajectories`: take the scored trajectories no job consumed yet, or `all` scored ones."""
 
 
 class KLControlConfig(Strict):
@@ -351,6 +357,7 @@ class PPOConfig(Strict):
             _sp_needs_packing(self, problems, (role,))
         _async_rollout(self, problems)
         _multi_turn(self, problems)
+        _trajectory_source(self, problems)
         if self.rollout.tensor_model_parallel_size > 1 and self.rollout.name != "vllm":
             problems.append((("rollout", "tensor_model_parallel_size"), self.rollout.tensor_model_parallel_size,
                              "rollout.tensor_model_parallel_size > 1 needs rollout.name vllm"))
@@ -396,3 +403,18 @@ def _multi_turn(cfg: PPOConfig, problems: list) -> None:
     if cfg.guardrails.reward_filter.replay_buffer_size:
         problems.append((("rollout", "multi_turn", "enable"), True,
                          "rollout.multi_turn does not replay samples: set replay_buffer_size to 0"))
+
+
+def _trajectory_source(cfg: PPOConfig, problems: list) -> None:
+    """Recorded trajectories are trained as they are: nothing is generated in or ahead of a step."""
+    r = cfg.rollout
+    if r.source != "trajectories":
+        return
+    why = "rollout.source trajectories generates nothing, so it does not support "
+    for needs, what in ((r.mode != "sync" or not r.colocate, "a pipelined rollout (mode sync, colocate true)"),
+                        (r.multi_turn.enable, "rollout.multi_turn"),
+                        (cfg.algorithm.filter_groups.enable, "algorithm.filter_groups"),
+                        (cfg.algorithm.adv_estimator == "remax", "adv_estimator remax"),
+                        (cfg.guardrails.reward_filter.enable, "guardrails.reward_filter")):
+        if needs:
+            problems.append((("rollout", "source"), r.source, why + what))
