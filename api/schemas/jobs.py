@@ -32,8 +32,9 @@ EventType = Literal["job.status", "job.metrics", "job.checkpoint", "job.log", "j
                     "job.placement", "job.samples"]
 MAX_GRADER_CHARS = 512 * 1024
 """A grader as JSON (`options.grader`, OpenAI's `method.reinforcement.grader`): room for a 256 KiB python source."""
-RewardFunction = Literal["gsm8k", "exact_match", "regex", "length_penalty", "data_source", "grader"]
-"""`grader`: an OpenAI grader, JSON in `options.grader` (engine/rewards/graders.py; docs/openai.md)."""
+RewardFunction = Literal["gsm8k", "exact_match", "regex", "length_penalty", "data_source", "grader", "code_tests"]
+"""`grader`: an OpenAI grader, JSON in `options.grader` (engine/rewards/graders.py; docs/openai.md). `code_tests`:
+the response's code against the row's tests, in the sandbox (docs/rewards.md)."""
 
 FILE_PURPOSE = {"sft": "sft", "reward_model": "preference", "rm_distill": "preference", "dpo": "preference",
                 "ppo": "prompts", "distill_policy": "prompts", "eval": "prompts"}
@@ -127,14 +128,25 @@ class RewardSpec(Strict):
 
 
 class PPOMethod(_Method):
-    """PPO on prompts (file purpose `prompts`) against a reward model or a rule reward."""
+    """PPO on prompts (file purpose `prompts`) against a reward model or a rule reward, or, with
+    `hyperparameters.rollout.source: trajectories`, on the project's recorded and scored agent calls
+    (no `reward`: each trajectory's posted reward; docs/trajectories.md)."""
 
     type: Literal["ppo"]
-    reward: RewardSpec
+    reward: RewardSpec | None = None
+    """Required with `rollout.source: generate`; refused with `trajectories` (the posted rewards score them)."""
     environment: EnvironmentSpec | None = None
     """With `hyperparameters.rollout.multi_turn.enable`: every prompt's episode environment (a row's
     `environment` column overrides it; docs/agentic-rl.md)."""
     hyperparameters: PPOConfig = Field(default_factory=PPOConfig)
+
+    @model_validator(mode="after")
+    def _reward_by_source(self):
+        recorded = self.hyperparameters.rollout.source == "trajectories"
+        if recorded == (self.reward is not None):
+            raise errors_at("PPOMethod", (("reward",), None, "rollout.source trajectories trains on the posted "
+                                          "rewards: leave reward out" if recorded else "a reward is required"))
+        return self
 
 
 class DistillPolicyMethod(_Method):
@@ -225,9 +237,11 @@ class JobCreate(Strict):
 
     model: ModelRef
     """The model to train (or, for `rm_distill`, the student)."""
-    training_file: ResourceId
+    training_file: ResourceId | None = None
     """A file of this project whose purpose fits the method: sft -> `sft`, reward_model, rm_distill and dpo
-    -> `preference`, ppo and eval -> `prompts` (for eval: the prompts evaluated on)."""
+    -> `preference`, ppo and eval -> `prompts` (for eval: the prompts evaluated on). Required, except for
+    ppo with `rollout.source: trajectories`: left out, the job snapshots the project's scored trajectories
+    into a new file (purpose `trajectories`); given, it names such a snapshot to train on again."""
     validation_file: ResourceId | None = None
     """Held-out rows with the same purpose; validation metrics appear as `val/...` (not for eval)."""
     method: JobMethod
@@ -250,6 +264,13 @@ class JobCreate(Strict):
             raise errors_at("JobCreate", (("method", "type"), method.get("type"),
                                           f"must be one of {', '.join(FILE_PURPOSE)}"))
         return data
+
+    @model_validator(mode="after")
+    def _training_file_needed(self):
+        recorded = isinstance(self.method, PPOMethod) and self.method.hyperparameters.rollout.source == "trajectories"
+        if self.training_file is None and not recorded:
+            raise errors_at("JobCreate", (("training_file",), None, "Field required"))
+        return self
 
     model_config = ConfigDict(json_schema_extra={"examples": [{
         "model": "Qwen/Qwen2.5-0.5B-Instruct", "training_file": "file-01jb8x6v0c3n7t9r2m4k5q8w1z",

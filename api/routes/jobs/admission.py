@@ -224,6 +224,8 @@ def _resolve(db: Session, project_id: str, body: JobCreate) -> tuple[dict[str, A
                                                  reward=True)
     if rewarded and method.reward.function == "grader":
         method.reward.options = check_job_grader(db, project_id, method.reward.options)
+    if rewarded and method.reward.function == "code_tests":
+        _check_code_tests(method.reward.options)
     if isinstance(method, EvalMethod):
         _check_eval(db, project_id, body, method)
     adapter = getattr(method.hyperparameters.model, "lora_adapter_path", None)  # eval has no adapters
@@ -239,6 +241,30 @@ def _resolve(db: Session, project_id: str, body: JobCreate) -> tuple[dict[str, A
             spec, nodes, cap=settings.AUTO_CPUS_PER_WORKER_MAX, max_cpus=settings.MAX_JOB_CPUS))
         spec["resources"]["cpus_per_worker"] = body.resources.cpus_per_worker
     return spec, nodes
+
+
+def _check_code_tests(options: dict[str, Any]) -> None:
+    """`code_tests` runs the policy's code in the python graders' sandbox: refused where python graders are
+    (a tenant steers what its policy writes); its options checked as the engine checks them."""
+    if not settings.ALLOW_PYTHON_GRADERS:
+        raise ApiError(422, "python_graders_disabled", "method.reward.function: code_tests runs the policy's code, "
+                       "and this deployment does not run python code (KEEL_ALLOW_PYTHON_GRADERS).",
+                       param="method.reward.function")
+    for key, value in options.items():
+        param = f"method.reward.options.{key}"
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if key == "timeout_s" and not (number and 0 < value < 1e6):
+            raise ApiError(422, "invalid_request", f"{param}: a positive number of seconds.", param=param)
+        if key == "parallel" and not (number and value == int(value) and 1 <= value <= _MAX_CODE_TESTS_PARALLEL):
+            raise ApiError(422, "invalid_request", f"{param}: an integer from 1 to {_MAX_CODE_TESTS_PARALLEL}.",
+                           param=param)
+        if key not in ("timeout_s", "parallel"):
+            raise ApiError(422, "invalid_request", f"{param}: code_tests takes the options timeout_s and parallel.",
+                           param=param)
+
+
+_MAX_CODE_TESTS_PARALLEL = 32
+"""engine.rewards.code_tests.MAX_PARALLEL (the API does not import the engine)."""
 
 
 def _check_integrations(body: JobCreate) -> None:
