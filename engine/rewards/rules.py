@@ -140,6 +140,9 @@ def rule_reward_kwargs(spec: Mapping[str, Any], data_sources: Iterable[str | Non
     if name == "grader":
         job_grader(out["options"], spec.get("grading"))
         out["grading"] = dict(spec.get("grading") or {})
+    if name == PER_ROW and "code_tests" in functions:  # per row it would run without the deployment's limits
+        raise DataError("code_tests is chosen for the whole job (reward.function), not by a row's data_source",
+                        param="data_source", data={"data_source": "code_tests"})
     if name == "code_tests":  # checked here too: bad options or a deployment without python fail before roles start
         code_tests_options(out["options"])
         deployment_limits(spec.get("grading"))
