@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from core import checkpoints
+from core import checkpoints, environments
 from core.config import settings
 from core.models import Checkpoint, File, Job, Model
 from core.storage import COMPLETE_MARKER, get_storage, is_url
@@ -72,7 +72,7 @@ def resolve_request(db: Session, job: Job) -> JobRequest:
     roots = allowed_model_roots()
     reward: dict[str, Any] = {}
     reward_spec = method_spec.get("reward") or {}
-    if method in ("ppo", "eval") or (method == "distill_policy" and reward_spec):
+    if reward_spec and method in ("ppo", "eval", "distill_policy"):  # none: a PPO job on recorded trajectories
         if reward_spec.get("model"):
             reward = {"model_path": resolve_model(db, job.project_id, reward_spec["model"], roots,
                                                   "method.reward.model")}
@@ -107,6 +107,7 @@ def resolve_request(db: Session, job: Job) -> JobRequest:
         ray_address=settings.RAY_ADDRESS or None,
         storage_options=dict(settings.STORAGE_OPTIONS),
         artifact_cache_dir=settings.ARTIFACT_CACHE_DIR or None,
+        environment_allowed_hosts=environments.allowed_hosts(),
     )
 
 

@@ -61,6 +61,9 @@ class JobRequest:
     """fsspec options (endpoint, credentials) of the store behind any URL above (`engine.runtime.artifacts`)."""
     artifact_cache_dir: str | None = None
     """Node-local directory where remote artifacts are staged (None: `<system temp>/keel-artifacts`)."""
+    environment_allowed_hosts: tuple[str, ...] = ()
+    """Hosts a remote environment may be on although not public (`KEEL_ENV_ALLOWED_HOSTS`), for
+    `engine.environments.building.EnvironmentContext.allowed_hosts`."""
 
 
 @dataclass(frozen=True)

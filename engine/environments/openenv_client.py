@@ -76,7 +76,7 @@ class Server:
         self.host = parts.hostname or ""
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.path = parts.path.rstrip("/")
-        self.allowed = self.host in allowed_hosts
+        self.allowed = self.host in {h.strip().strip("[]").lower() for h in allowed_hosts}
         self.key = (self.url, self.allowed)
         self.timeout_s = timeout_s
 
