@@ -1,7 +1,9 @@
 // The rollout samples table: a few (prompt, response, reward) rows per step from `job.samples`
-// events (and an episode's transcript when the row has one), with a step selector; the latest step
-// is shown until the user picks another.
+// events, with a step selector; the latest step is shown until the user picks another. A multi-turn
+// episode's row (`messages`, `turn_rewards`) gets its collapsible transcript on a full-width row below
+// it (episode.js); a row with a plain `transcript` list shows it in the response cell.
 
+import { episodeTranscript, isEpisode } from "./episode.js";
 import { clear, h, num } from "./ui.js";
 
 export class SamplesTable {
@@ -38,12 +40,13 @@ export class SamplesTable {
     }
     clear(this.body, h("div.table-wrap", h("table.samples", { dataset: { step: String(step) } },
       h("thead", h("tr", ["#", "Prompt", "Response", "Reward"].map((t) => h("th", { scope: "col" }, t)))),
-      h("tbody", rows.map((r, i) => h("tr",
+      h("tbody", rows.map((r, i) => [h(isEpisode(r) ? "tr.has-episode" : "tr",
         h("td", { "data-label": "#" }, String(i + 1)),
         h("td.sample-text", { "data-label": "Prompt" }, String(r.prompt ?? "")),
         h("td.sample-text", { "data-label": "Response" }, String(r.response ?? ""),
           Array.isArray(r.transcript) ? h("details", h("summary.small", "transcript"),
             r.transcript.map((m) => h("div.small", h("b", `${m.role ?? "?"}: `), String(m.content ?? "")))) : null),
-        h("td.num", { "data-label": "Reward" }, num(r.reward))))))));
+        h("td.num", { "data-label": "Reward" }, num(r.reward))),
+      isEpisode(r) ? h("tr.episode-row", h("td.episode-cell", { colspan: "4" }, episodeTranscript(r, i + 1))) : null])))));
   }
 }
