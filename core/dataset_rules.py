@@ -14,7 +14,7 @@ from typing import Any
 
 PURPOSES = ("preference", "prompts", "sft", "fine-tune")
 """Purposes a user may upload (`fine-tune`: OpenAI's JSON Lines layouts, core/finetune_files.py)."""
-OUTPUT_PURPOSES = ("eval_results", "fine-tune-results")
+OUTPUT_PURPOSES = ("eval_results", "fine-tune-results", "trajectories")
 """Purposes of files Keel writes itself (a job's results): listed and downloadable, never uploadable."""
 OUTPUT_COLUMNS: dict[str, tuple[str, ...]] = {
     "eval_results": ("prompt_index", "sample_index", "prompt", "ground_truth", "data_source", "response",
@@ -26,6 +26,8 @@ OUTPUT_COLUMNS: dict[str, tuple[str, ...]] = {
 OUTPUT_COLUMNS["fine-tune-results"] = ("step", "train_loss", "train_accuracy", "valid_loss",
                                        "valid_mean_token_accuracy")
 """A fine-tuning job's step metrics as OpenAI writes them (CSV; api/openai/fine_tuning.py)."""
+OUTPUT_COLUMNS["trajectories"] = ("trajectory_id", "group_id", "reward", "calls")
+"""A snapshot of scored trajectories a PPO job trains on (api/routes/jobs/trajectories.py)."""
 REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "preference": ("prompt", "chosen", "rejected"),
     "prompts": ("prompt",),

@@ -9,9 +9,10 @@ from pydantic import BaseModel, Field
 from api.pagination import Page
 from core.models import File
 
-FilePurpose = Literal["preference", "prompts", "sft", "fine-tune", "eval_results", "fine-tune-results"]
+FilePurpose = Literal["preference", "prompts", "sft", "fine-tune", "eval_results", "fine-tune-results", "trajectories"]
 """`eval_results` files are written by eval jobs (`JobPublic.result_files`), `fine-tune-results` (a CSV of
-step metrics) by fine-tuning jobs (docs/openai.md); neither can be uploaded."""
+step metrics) by fine-tuning jobs (docs/openai.md), `trajectories` (scored agent calls a PPO job trains on)
+when such a job is created (docs/trajectories.md); none can be uploaded."""
 
 
 class ColumnStats(BaseModel):

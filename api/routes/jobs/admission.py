@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from api import model_refs
 from api.errors import ApiError, not_found
 from api.graders import check_job_grader
+from api.routes.jobs import trajectories as recorded_trajectories
 from api.schemas.jobs import (
     FILE_PURPOSE,
     DistillPolicyMethod,
@@ -20,7 +21,7 @@ from api.schemas.jobs import (
     PPOMethod,
     RMDistillMethod,
 )
-from core.capacity import FRESH, NODE_COLUMNS, STALE_S, Node, auto_cpus_per_worker, nodes_of
+from core.capacity import FRESH, NODE_COLUMNS, STALE_S, Node, auto_cpus_per_worker, fresh_nodes, nodes_of
 from core.config import settings
 from core.dataset_stats import longest_token_chars, min_tokens
 from core.integrations import check_tracking_uri
@@ -38,15 +39,16 @@ create needs together. Built once, read without the ORM's loading."""
 PPO_METHODS = ("ppo", "distill_policy")
 """Methods that run PPO's roles (`distill_policy` adds a teacher)."""
 
-def _training_file(db: Session, project_id: str, file_id: str, method: str, param: str) -> list[Node] | None:
-    """Check a file the job reads; returns the cluster's fresh nodes (`core.capacity.fresh_nodes`),
-    read in the same statement."""
+def _training_file(db: Session, project_id: str, file_id: str, method: str, param: str,
+                   purpose: str | None = None) -> list[Node] | None:
+    """Check a file the job reads (of `purpose`, else the method's); returns the cluster's fresh nodes
+    (`core.capacity.fresh_nodes`), read in the same statement."""
     # On the session's connection (its transaction): a Core statement needs none of the ORM's execution.
     rows = db.connection().execute(_FILE_AND_NODES, {"file_id": file_id, "max_age_s": STALE_S}).all()
     file = rows[0] if rows else None
     if file is None or file.project_id != project_id or file.deleted_at is not None:
         raise not_found("file", file_id, param=param)
-    want = FILE_PURPOSE[method]
+    want = purpose or FILE_PURPOSE[method]
     if file.purpose != want:
         raise ApiError(422, "invalid_file_purpose", f"{param}: {file_id} has purpose {file.purpose!r}; "
                        f"method {method!r} needs {want!r}.", param=param)
@@ -202,15 +204,22 @@ def _check_rows_fit(db: Session, body: JobCreate) -> None:
                                param=param)
 
 
-def _resolve(db: Session, project_id: str, body: JobCreate) -> tuple[dict[str, Any], list[Node] | None]:
+def _resolve(db: Session, project_id: str, body: JobCreate, *, dry_run: bool = False
+             ) -> tuple[dict[str, Any], list[Node] | None]:
     """Check every reference in the request; returns the spec to store (normalised, defaults filled,
     `cpus_per_worker: auto` resolved against the nodes) and the cluster's fresh nodes (read with the
-    training file), which admission reads too."""
+    training file), which admission reads too. A PPO job on recorded trajectories gets its snapshot
+    as its training file here (`api.routes.jobs.trajectories`; not written with `dry_run`)."""
     method = body.method
     body.model = model_refs.resolve(db, project_id, body.model, "model")
     _check_context(db, body)
     _check_parallel(db, body)
-    nodes = _training_file(db, project_id, body.training_file, method.type, "training_file")
+    recorded = recorded_trajectories.recorded(body)
+    if recorded:
+        recorded_trajectories.snapshot(db, project_id, body, dry_run=dry_run)
+    nodes = (fresh_nodes(db) if body.training_file is None else  # a dry run's snapshot: not written
+             _training_file(db, project_id, body.training_file, method.type, "training_file",
+                            purpose=recorded_trajectories.PURPOSE if recorded else None))
     if body.validation_file is not None:
         _training_file(db, project_id, body.validation_file, method.type, "validation_file")
     _check_rows_fit(db, body)

@@ -79,7 +79,7 @@ def _create(db: Session, body: JobCreate, caller: Caller, idem: Idempotency, dry
     project = caller.project
     if not dry_run and (replay := idem.replay(db, project.id)) is not None:
         return replay
-    spec, nodes = _resolve(db, project.id, body)
+    spec, nodes = _resolve(db, project.id, body, dry_run=dry_run)
     if forked_from is not None:
         spec["forked_from"] = forked_from
     verdict = admission(job_demand(spec), nodes, max_cpus=settings.MAX_JOB_CPUS, max_gpus=settings.MAX_JOB_GPUS)
