@@ -61,9 +61,11 @@ def non_public_reason(address: str) -> str | None:
     return None
 
 
-def check_url(url: str) -> tuple[str, str, int]:
+def check_url(url: str, *, allow_private: bool | None = None) -> tuple[str, str, int]:
     """The URL's (host, first allowed address, port); UnsafeUrl when a tenant may not use it. Resolves the
-    host (blocking DNS): a caller that connects should connect to the address returned (DNS rebinding)."""
+    host (blocking DNS): a caller that connects should connect to the address returned (DNS rebinding).
+    `allow_private` None: `KEEL_WEBHOOK_ALLOW_PRIVATE` decides (remote environments pass False: their
+    own allow-list, `core.environments`, is the only way past the rule)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UnsafeUrl("must be an absolute http:// or https:// URL")
@@ -84,7 +86,7 @@ def check_url(url: str) -> tuple[str, str, int]:
     addresses = [info[4][0] for info in infos]
     if not addresses:
         raise UnsafeUrl(f"host {host!r} does not resolve")
-    if not settings.WEBHOOK_ALLOW_PRIVATE:
+    if not (settings.WEBHOOK_ALLOW_PRIVATE if allow_private is None else allow_private):
         for address in addresses:  # every address: a resolver may hand out any of them
             reason = non_public_reason(address)
             if reason is not None:

@@ -5,7 +5,8 @@ job request (`JobRequest.environment_allowed_hosts`).
 
 A URL passes when it is absolute http(s) without credentials and either its host is one the deployment
 allow-lists (`KEEL_ENV_ALLOWED_HOSTS`: its own environment servers, on private addresses) or it passes the
-public-address check every tenant URL goes through (`core.addresses.check_url`).
+public-address check every tenant URL goes through (`core.addresses.check_url`), whatever
+`KEEL_WEBHOOK_ALLOW_PRIVATE` says: the engine re-checks with this allow-list only.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def check_environment_url(url: str) -> None:
     if parts.hostname in allowed_hosts():
         return
     try:
-        check_url(url)  # blocking DNS: call it from a sync handler (the thread pool)
+        check_url(url, allow_private=False)  # blocking DNS: call it from a sync handler (the thread pool)
     except UnsafeUrl as exc:
         raise UnsafeUrl(f"{exc} (or a host in the deployment's KEEL_ENV_ALLOWED_HOSTS)") from exc
 
