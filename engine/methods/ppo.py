@@ -63,6 +63,7 @@ from engine.guardrails import ReplayBuffer, Verdict, judge_step, sequence_mean_k
 from engine.methods import ppo_async, ppo_checkpoint, ppo_rollout, ppo_samples, ppo_update, ppo_validation
 from engine.methods import ppo_experience as experience
 from engine.methods.ppo_dispatch import RoleDispatch
+from engine.methods.ppo_episodes import context as environment_context
 from engine.methods.ppo_validation import VAL_STREAM
 from engine.models import load_tokenizer
 from engine.rewards.rules import rule_reward_kwargs
@@ -148,12 +149,14 @@ class PPOTrainer:
         self.tokenizer, self.pad_id = tokenizer, tokenizer.pad_token_id
         rows = load_rows(self.artifacts.stage(req.training_file), "prompts")
         self.train = tokenize_prompts(rows, tokenizer, cfg.data.max_prompt_length, cfg.data.truncation,
-                                      filter_overlong_prompts=cfg.data.filter_overlong_prompts)
+                                      filter_overlong_prompts=cfg.data.filter_overlong_prompts,
+                                      environment=req.environment)
         self.val: list[PromptExample] = []
         if req.validation_file:
             val_rows = load_rows(self.artifacts.stage(req.validation_file), "prompts")
             self.val = tokenize_prompts(val_rows, tokenizer, cfg.data.max_prompt_length, cfg.data.truncation,
-                                        filter_overlong_prompts=cfg.data.filter_overlong_prompts)
+                                        filter_overlong_prompts=cfg.data.filter_overlong_prompts,
+                                        environment=req.environment)
         self.steps_per_epoch = len(self.train) // cfg.data.train_batch_size
         if self.steps_per_epoch == 0:
             raise DataError(f"the training file has {len(self.train)} prompts, fewer than "
@@ -185,7 +188,8 @@ class PPOTrainer:
         common = {"seed": req.seed, "artifacts": self.artifacts}  # each worker stages what it reads
         reward = self._reward_kwargs()
         specs = [RoleSpec("actor", ActorRollout, (cfg, req.model_path),
-                          {"total_steps": self.total_steps, "rollout": self._rollout_backend(), **common},
+                          {"total_steps": self.total_steps, "rollout": self._rollout_backend(), **common,
+                           "environment_context": environment_context(req)},
                           num_workers=w, data_parallel=True)]
         if self.use_critic:
             specs.append(RoleSpec("critic", Critic, (cfg, req.model_path),

@@ -18,9 +18,10 @@ from engine.roles.batch import select, shard_rows
 
 
 def prompt_meta(p: PromptExample) -> dict[str, Any]:
-    """What the reward role reads of a prompt besides the response."""
+    """What the reward role reads of a prompt besides the response (and a multi-turn episode's
+    environment, its spec)."""
     return {"ground_truth": p.ground_truth, "data_source": p.data_source, "prompt": p.text,
-            "conversation": p.conversation}
+            "conversation": p.conversation, "environment": p.environment}
 
 
 class RoleDispatch:
@@ -87,8 +88,10 @@ class RoleDispatch:
                     then.append(("values", roles["critic"], "compute_values", ()))
                 if self.teacher:
                     then.append(("teacher", roles["teacher"], "compute_teacher_log_prob", ()))
+            # A multi-turn episode's environment comes with its row's meta (`ActorRollout.generate`).
+            episodes = ([meta[i] for i in rows],) if self.cfg.rollout.multi_turn.enable else ()
             batch, seconds, *outs = roles["actor"].submit_then(
-                w, "generate", ([prompts[i] for i in rows], [seeds[i] for i in rows], validate, greedy),
+                w, "generate", ([prompts[i] for i in rows], [seeds[i] for i in rows], validate, greedy, *episodes),
                 [(group, method, args) for _, group, method, args in then], num_returns=2)
             refs["batch"].append(batch)
             refs["gen"].append(seconds)

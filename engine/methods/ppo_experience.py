@@ -37,10 +37,17 @@ from engine.algos import (
 )
 from engine.config import AlgorithmConfig, PPOConfig
 from engine.guardrails import ReplayBuffer, reward_filter_mask
+from engine.methods import ppo_episodes
 from engine.roles.base import MetricSums
 from engine.roles.batch import concat, select
 
 _ROW_TENSORS = ("old", "ref", "values", "scores", "baselines", "overlong", "teacher")
+
+
+def response_extent(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """`(batch,)` tokens after each row's prompt: a response's length; a multi-turn episode's, the
+    environment's tokens included (its response mask has holes, so not the mask's sum)."""
+    return batch["attention_mask"].sum(-1) - batch["prompt_lens"]
 
 
 def shape_scores(scores: torch.Tensor, response_lengths: torch.Tensor, cfg: PPOConfig) -> tuple[torch.Tensor,
@@ -129,9 +136,11 @@ def step_advantages(cfg: PPOConfig, rollout: dict[str, Any], kl_ctrl: AdaptiveKL
     start = time.perf_counter()
     batch, scores, values = rollout["batch"], rollout["scores"], rollout["values"]
     mask = batch["response_mask"]
-    lengths = mask.sum(-1)
+    lengths = response_extent(batch)
     token_scores = torch.zeros(mask.shape, dtype=torch.float32)
     token_scores[torch.arange(len(scores)), last_index(mask)] = scores
+    if "episode_turn_rewards" in batch:  # multi-turn: each turn's reward on its last sampled token
+        token_scores = token_scores + batch["episode_turn_rewards"].float()
     reverse_kl = None
     if rollout.get("teacher") is not None:  # on-policy distillation: the teacher's reward on every token
         d = cfg.distill
@@ -143,6 +152,12 @@ def step_advantages(cfg: PPOConfig, rollout: dict[str, Any], kl_ctrl: AdaptiveKL
     if rf.enable:  # random tie-breaks from (seed, step): a resumed or retried step filters the same
         generator = torch.Generator().manual_seed(filter_seed)
         keep[:new_rows] = reward_filter_mask(scores[:new_rows], rollout["uids"][:new_rows], rf.mode, generator)
+    failed = ppo_episodes.failed_rows(batch)
+    if failed is not None and bool(failed.any()):
+        # A failed episode trains nothing and is no group's baseline: alone in a group of its own.
+        keep &= ~failed
+        rollout = {**rollout, "uids": [("failed", i) if bad else uid
+                                       for i, (uid, bad) in enumerate(zip(rollout["uids"], failed.tolist()))]}
     loss_mask = mask * keep[:, None]
     # On-policy there are no old log-probs yet: the driver fills the KL in from the update's.
     kl = None if rollout["old"] is None else kl_penalty(rollout["old"], rollout["ref"], cfg.algorithm.kl_penalty)
@@ -178,7 +193,7 @@ def step_metrics(cfg: PPOConfig, rollout: dict[str, Any], adv: dict[str, Any], u
         metrics.get(f"perf/{r}_state_bytes_per_worker", 0.0) for r in ("actor", "critic"))
     batch, scores, loss_mask = rollout["batch"], rollout["scores"], adv["loss_mask"]
     new = slice(0, rollout["new_rows"])
-    lengths = batch["response_mask"].sum(-1)
+    lengths = response_extent(batch)
     resp_len = lengths[new].float()
     metrics.update({
         "critic/score/mean": float(scores[new].mean()),
@@ -198,10 +213,12 @@ def step_metrics(cfg: PPOConfig, rollout: dict[str, Any], adv: dict[str, Any], u
         "response_length/clip_ratio": float((resp_len >= cfg.data.max_response_length).float().mean()),
         "prompt_length/mean": float(batch["prompt_lens"][new].float().mean()),
         "perf/total_num_tokens": float(lengths.sum() + batch["prompt_lens"].sum()),
-        "train/response_tokens": float(lengths.sum()),  # every row the update trains on, replayed ones too
+        # every row the update trains on, replayed ones too (tokens the policy sampled)
+        "train/response_tokens": float(batch["response_mask"].sum()),
         **rollout["timing"],
         "timing_s/adv": adv["seconds"],
     })
+    metrics.update(ppo_episodes.metrics(batch, new))
     if rollout["values"] is not None:  # a critic
         metrics["critic/values/mean"] = float(masked_mean(rollout["values"], loss_mask))
         metrics["critic/vf_explained_var"] = explained_variance(rollout["values"], adv["returns"], loss_mask)

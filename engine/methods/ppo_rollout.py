@@ -11,6 +11,7 @@ import torch
 
 from engine.config import PPOConfig
 from engine.data import PromptExample
+from engine.methods import ppo_episodes
 from engine.methods import ppo_experience as experience
 from engine.methods.ppo_dispatch import RoleDispatch, prompt_meta
 from engine.rewards.code_tests import reward_metrics
@@ -34,6 +35,7 @@ def collect(dispatch: RoleDispatch, cfg: PPOConfig, prompts: list[PromptExample]
     `replayed`: samples taken from the replay buffer (`engine.guardrails.ReplayBuffer`), re-scored
     beside the new ones; `seed`: the job's (row seeds count from it and `batch_index`).
     """
+    ppo_episodes.check_prompts(cfg, prompts, "training file")
     roles, use_critic = dispatch.roles, dispatch.use_critic
     trained = [roles["actor"]] + ([roles["critic"]] if use_critic else [])
     snapshots = [r for g in trained for r in g.submit_all("snapshot")] if snapshot else []
@@ -89,11 +91,12 @@ def collect(dispatch: RoleDispatch, cfg: PPOConfig, prompts: list[PromptExample]
             result["values"] = torch.cat([result["values"], out["extra_values"][0]["values"]])
         result["uids"] = uids + [-1 - j for j in range(len(replayed))]
     new = slice(0, len(rows))
-    lengths = result["batch"]["response_mask"][new].sum(-1)
+    ppo_episodes.check_failed(cfg, result["batch"], len(rows), step)
+    lengths = experience.response_extent(result["batch"])[new]
     result["scores"][new], result["overlong"] = experience.shape_scores(result["scores"][new], lengths, cfg)
     if baseline_order:
         # The baseline is shaped as the samples are (DAPO's overlong penalty on its own length).
-        greedy_lengths = concat(out["baseline_batch"])["response_mask"].sum(-1)
+        greedy_lengths = experience.response_extent(concat(out["baseline_batch"]))
         greedy_scores, _ = experience.shape_scores(
             torch.cat([o["scores"] for o in out["baseline_scores"]]).float(), greedy_lengths, cfg)
         per_prompt = torch.empty(len(prompts))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.methods import ppo_episodes
 from engine.runtime.reporting import Reporter
 
 SAMPLES_PER_STEP = 4
@@ -13,14 +14,19 @@ MAX_CHARS = 600
 
 
 def rows(tokenizer: Any, rollout: dict[str, Any], count: int = SAMPLES_PER_STEP) -> list[dict[str, Any]]:
-    """The first `count` freshly sampled rows of a rollout as {prompt, response, reward}."""
+    """The first `count` freshly sampled rows of a rollout as {prompt, response, reward}; an episode's
+    also carry `messages` (the transcript), `turn_rewards`, `turns` and `tool_calls`. The response is
+    what the policy sampled (an episode's assistant turns, joined)."""
     batch, scores, prompts = rollout["batch"], rollout["scores"], rollout["prompts"]
     out = []
     for i in range(min(count, rollout["new_rows"], len(prompts))):
         ids = batch["responses"][i][batch["response_mask"][i].bool()].tolist()
         prompt = prompts[i].text
-        out.append({"prompt": prompt[-MAX_CHARS:], "response": tokenizer.decode(ids, skip_special_tokens=True)[:MAX_CHARS],
-                    "reward": float(scores[i])})
+        row = {"prompt": prompt[-MAX_CHARS:], "response": tokenizer.decode(ids, skip_special_tokens=True)[:MAX_CHARS],
+               "reward": float(scores[i])}
+        if "episode_stats" in batch:  # a multi-turn episode: its transcript, per-turn rewards and counts
+            row.update(ppo_episodes.sample_fields(batch, i))
+        out.append(row)
     return out
 
 

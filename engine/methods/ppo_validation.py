@@ -13,6 +13,7 @@ import torch
 from engine.config import PPOConfig
 from engine.data import PromptExample
 from engine.guardrails import Verdict, distinct_ratio, judge_collapse, overfit_gap
+from engine.methods import ppo_episodes
 from engine.methods.ppo_dispatch import RoleDispatch, prompt_meta
 from engine.roles.batch import concat
 from engine.rollout.sampling import row_seed
@@ -29,6 +30,7 @@ def validate(dispatch: RoleDispatch, cfg: PPOConfig, val: list[PromptExample], d
     Returns the metrics and each prompt's response tokens (the collapse guardrail reads them).
     """
     start = time.perf_counter()
+    ppo_episodes.check_prompts(cfg, val, "validation file")
     size = cfg.data.val_batch_size or len(val)
     refs: dict[str, list[Any]] = {"scores": [], "batch": []}
     orders = []
@@ -46,7 +48,7 @@ def validate(dispatch: RoleDispatch, cfg: PPOConfig, val: list[PromptExample], d
     by_row = torch.empty_like(scores)
     by_row[order] = scores
     batch = concat(out["batch"])
-    lengths = batch["response_mask"].sum(-1).tolist()
+    lengths = (batch["attention_mask"].sum(-1) - batch["prompt_lens"]).tolist()  # an episode's holes too
     responses: list[list[int]] = [[] for _ in val]
     for j, row in enumerate(order.tolist()):
         responses[row] = batch["responses"][j, :int(lengths[j])].tolist()

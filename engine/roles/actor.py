@@ -16,6 +16,7 @@ from engine import packing
 from engine.algos import agg_loss, kl_penalty, masked_mean, policy_loss
 from engine.algos.correction import rollout_correction
 from engine.config import PPOConfig
+from engine.environments.building import EnvironmentContext
 from engine.errors import ConfigError, EngineError
 from engine.models import (
     count_parameters,
@@ -26,6 +27,7 @@ from engine.models import (
     resolve_lora_rank,
     save_model,
 )
+from engine.roles import episode_batch
 from engine.roles.base import MetricSums
 from engine.roles.batch import Batch, build_batch, mini_batch_rows
 from engine.roles.forward import (
@@ -90,15 +92,17 @@ class ActorRollout(TrainableRole):
         model_path: the SFT policy directory.
         total_steps: PPO iterations of the job (length of the LR schedule).
         rollout: backend name (`hf` or `vllm`), already checked by the driver.
+        environment_context: what every episode environment of the job shares (`rollout.multi_turn`).
         rank, world_size, num_threads, seed, use_gpu: see `Role`.
     """
 
     def __init__(self, config: PPOConfig, model_path: str, *, total_steps: int, rollout: str = "hf",
-                 rank: int = 0, world_size: int = 1, num_threads: int | None = None, seed: int = 0,
+                 environment_context: EnvironmentContext | None = None, rank: int = 0, world_size: int = 1, num_threads: int | None = None, seed: int = 0,
                  use_gpu: bool = False, artifacts: Artifacts | None = None) -> None:
         super().__init__(rank=rank, world_size=world_size, num_threads=num_threads, seed=seed, use_gpu=use_gpu,
                          artifacts=artifacts)
         self.cfg = config
+        self.environment_context = environment_context or EnvironmentContext(seed=seed)
         model_path = self.artifacts.stage(model_path)
         self.tokenizer = load_tokenizer(model_path)
         self.model = load_policy(model_path, config.model, trainable=True).to(self.device)
@@ -137,29 +141,43 @@ class ActorRollout(TrainableRole):
                               top_p=r.top_p, top_k=r.top_k, do_sample=r.do_sample)
 
     def generate(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int],
-                 validate: bool = False, greedy: bool = False) -> tuple[Batch, float]:
+                 validate: bool = False, greedy: bool = False,
+                 meta: Sequence[dict[str, Any]] | None = None) -> tuple[Batch, float]:
         """Sample one response per prompt (the driver repeats prompts `rollout.n` times); `validate`
-        samples with `rollout.val_temperature`, `greedy` decodes by argmax.
+        samples with `rollout.val_temperature`, `greedy` decodes by argmax. With `rollout.multi_turn`
+        each prompt runs as an episode against its row's environment (`meta[i]["environment"]`), laid
+        out by `engine.roles.episode_batch`.
 
         Returns:
             `(batch, seconds)`: a `Batch` (see `engine.roles.batch`) and the wall time, as two values
             so the batch can be handed to other roles by reference.
         """
         start = time.perf_counter()
+        params = self.sampling_params(validate, greedy)
+        episodes = None
         with self.precision.autocast(), sharding.gathered(self.sharded):
-            responses = self.rollout.generate(prompts, seeds, self.sampling_params(validate, greedy))
+            if self.cfg.rollout.multi_turn.enable:
+                episodes = episode_batch.run(self.rollout.generate, self.tokenizer, prompts, seeds, params,
+                                             meta or [{} for _ in prompts], self.cfg, self.environment_context)
+                responses = [e.response_ids for e in episodes]
+            else:
+                responses = self.rollout.generate(prompts, seeds, params)
         width = self.cfg.data.max_response_length
         batch = build_batch(prompts, responses, prompt_width=self.cfg.data.max_prompt_length,
-                            response_width=width, pad_id=self.tokenizer.pad_token_id)
+                            response_width=width, pad_id=self.tokenizer.pad_token_id,
+                            loss_masks=None if episodes is None else [e.loss_mask for e in episodes])
         # The policy version the rows were sampled from, as the backend knows it (see `update_actor`).
         stamp = [float(self.rollout.syncs - self._sync_base), float(self.rollout.fingerprint or 0.0)]
         batch["policy_version"] = torch.tensor([stamp] * len(responses), dtype=torch.float64)
-        sampled = getattr(self.rollout, "last_log_probs", None)
+        sampled = (getattr(self.rollout, "last_log_probs", None) if episodes is None
+                   else [e.sampling_log_probs for e in episodes])
         if sampled is not None and not (validate or greedy):
             lp = torch.zeros(len(responses), width, dtype=torch.float32)
             for i, row in enumerate(sampled):
                 lp[i, :len(row)] = torch.as_tensor(row, dtype=torch.float32)
             batch["rollout_log_probs"] = lp
+        if episodes is not None:
+            batch.update(episode_batch.tensors(episodes, width))
         return batch, time.perf_counter() - start
 
     def check_policy_version(self, batch: Batch) -> None:

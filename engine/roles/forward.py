@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from engine import packing
-from engine.algos import log_probs_and_entropy, log_probs_from_logits
+from engine.algos import last_index, log_probs_and_entropy, log_probs_from_logits
 from engine.config import PPOConfig
 from engine.models import logits_at
 from engine.roles.batch import (
@@ -35,7 +35,8 @@ SEQ_KEYS = ("input_ids", "attention_mask")
 def trim_rows(batch: Batch, device: torch.device) -> Batch:
     """A micro-batch cut to its longest sequence and longest response, on `device`."""
     out = trim(batch)
-    resp_width = max(1, int(batch["response_mask"].sum(-1).max()))
+    # Through the last 1 of any row, not the 1s' count: a multi-turn episode's mask has holes.
+    resp_width = max(1, int(last_index(batch["response_mask"]).max()) + 1)
     return {k: (v if k in SEQ_KEYS or v.dim() < 2 else v[:, :resp_width]).to(device) for k, v in out.items()}
 
 

@@ -1,7 +1,9 @@
 """Reward: a score per response, from a reward model directory or from rule functions.
 
 Verb: `compute_scores`. The score is a scalar per sequence; the driver places it on the last
-response token (`token_level_scores`) before the KL penalty and the advantages.
+response token (`token_level_scores`) before the KL penalty and the advantages. A multi-turn episode
+(`rollout.multi_turn`) scores its environment's outcome reward when it gave one, else the job's reward on
+the final assistant turn (a reward model reads the whole episode).
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ from engine.roles.forward import iter_micro_batches
 from engine.runtime.artifacts import Artifacts
 
 log = logging.getLogger(__name__)
+
+
+def _outcome(batch: Batch, scores: torch.Tensor) -> torch.Tensor:
+    """A multi-turn episode's environment outcome reward replaces the score where it gave one."""
+    final = batch.get("episode_final_reward")
+    return scores if final is None else torch.where(torch.isnan(final), scores, final.to(scores.dtype))
 
 
 class Reward(Role):
@@ -89,12 +97,17 @@ class Reward(Role):
         if self.code_tests is not None:  # `counts`: the step's reward/timeouts and reward/errors
             texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in self._responses(batch)]
             values, counts = self.code_tests.score(texts, [m.get("ground_truth") for m in meta])
-            return {"scores": torch.tensor(values, dtype=torch.float32), "counts": counts,
+            return {"scores": _outcome(batch, torch.tensor(values, dtype=torch.float32)), "counts": counts,
                     "time_s": time.perf_counter() - start}
         scores = self._model_scores(batch, meta) if self.model is not None else self._rule_scores(batch, meta)
-        return {"scores": scores, "time_s": time.perf_counter() - start}
+        return {"scores": _outcome(batch, scores), "time_s": time.perf_counter() - start}
 
     def _responses(self, batch: Batch) -> list[list[int]]:
+        """Each row's response ids; of a multi-turn episode, its final assistant turn (what a reward
+        function reads: not the tool results before it)."""
+        if "episode_final_span" in batch:
+            spans = batch["episode_final_span"].tolist()
+            return [row[start:end] for row, (start, end) in zip(batch["responses"].tolist(), spans)]
         lengths = batch["response_mask"].sum(-1).tolist()
         return [row[:n] for row, n in zip(batch["responses"].tolist(), lengths)]
 
