@@ -21,6 +21,7 @@ from api.schemas.jobs import (
     PPOMethod,
     RMDistillMethod,
 )
+from core import environments
 from core.capacity import FRESH, NODE_COLUMNS, STALE_S, Node, auto_cpus_per_worker, fresh_nodes, nodes_of
 from core.config import settings
 from core.dataset_stats import longest_token_chars, min_tokens
@@ -244,6 +245,11 @@ def _resolve(db: Session, project_id: str, body: JobCreate, *, dry_run: bool = F
     if body.from_checkpoint is not None:
         _checkpoint(db, project_id, body.from_checkpoint, method.type)
     _check_integrations(body)
+    if isinstance(method, PPOMethod) and method.environment is not None:  # a remote one's URL (blocking DNS)
+        problem = environments.environment_url_problem(method.environment.model_dump(mode="json"))
+        if problem is not None:
+            param = f"method.environment.{problem[0]}"
+            raise ApiError(422, "invalid_url", f"{param}: {problem[1]}.", param=param)
     spec = body.model_dump(mode="json")
     if body.resources.cpus_per_worker == "auto":  # stored as the number: admission, workers and engine read it
         body.resources.cpus_per_worker = float(auto_cpus_per_worker(
