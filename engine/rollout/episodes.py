@@ -8,16 +8,42 @@ are trained: nothing is re-tokenized.
 
 The result per episode is everything after the prompt (assistant and observation tokens) with a loss
 mask: 1 on tokens the policy sampled, 0 on tokens the environment wrote.
+
+Incremental rendering (`ChatDelta`, as verl does with a base chat history): the tokens appended after an
+assistant turn are what the chat template writes between that turn's last sampled token and the next
+generation prompt. They are found by rendering a fixed base conversation that ends with an assistant
+turn, with and without the new messages (the second with the generation prompt), and taking the
+difference of the two texts; only that difference is tokenized (`add_special_tokens=False`). The text
+the template writes after an assistant's content (the demo template: `<|eos|>\n`; Qwen's:
+`<|im_end|>\n`) is handled by how the turn ended:
+- it ended with a sampled EOS: the rest of that text after the EOS token (`\n`) leads the delta;
+- it was cut at its token budget without EOS: the whole end-of-turn text is appended first, as the
+  environment's tokens (loss mask 0: the policy did not choose to stop), then the new messages.
+An environment's first observation (messages `reset` returns) comes before any sampled token: the
+prompt's own generation prompt is replaced by the observation's rendering (`Episode.prompt_ids`).
+
+Sampling: each turn, every live episode of the batch generates in one `generate` call; turn 0 samples
+with the episode's seed (a one-turn episode draws what a single-turn rollout would), turn `t` with
+`row_seed(seed, t)`. Episodes end on the environment's `done`, or are cut (`Episode.truncated`) by
+`max_turns`, by more than `max_tool_calls` calls, or when the token budget leaves no room for another
+sampled token after the next observation; then the last assistant turn is the final one.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.environments.base import Environment
-from engine.rollout.sampling import SamplingParams
+from engine.environments.base import Environment, EnvironmentFailure, Step
+from engine.environments.tool_calls import openai_tool_calls, parse_tool_calls
+from engine.errors import EngineError
+from engine.rollout.sampling import SamplingParams, row_seed
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -62,6 +88,9 @@ class Episode:
     messages: list[dict[str, Any]] = field(default_factory=list)
     """The transcript (assistant turns, tool calls and results) for the console's samples."""
     env_seconds: float = 0.0
+    prompt_ids: list[int] = field(default_factory=list)
+    """The prompt the episode was sampled from: the given one, or, when the environment's `reset` returned
+    messages (a first observation), the conversation with them rendered after it (see the module doc)."""
 
 
 def run_episodes(generate: Any, tokenizer: Any, prompts: Sequence[Sequence[int]],
@@ -83,4 +112,219 @@ def run_episodes(generate: Any, tokenizer: Any, prompts: Sequence[Sequence[int]]
         limits: `rollout.multi_turn`.
         max_tokens: tokens after the prompt an episode may hold (`data.max_response_length`, or less).
     """
-    raise NotImplementedError  # written by the episodes helper
+    count = len(prompts)
+    if not count == len(conversations) == len(environments) == len(rows) == len(seeds):
+        raise ValueError("run_episodes needs one conversation, environment, row and seed per prompt")
+    owner = getattr(generate, "__self__", generate)
+    eos_ids = {int(e) for e in getattr(owner, "eos_token_ids", None) or ()}
+    if tokenizer.eos_token_id is not None:
+        eos_ids.add(int(tokenizer.eos_token_id))
+    delta = ChatDelta(tokenizer, eos_ids)
+    budget = min(max_tokens, limits.max_episode_tokens) if limits.max_episode_tokens > 0 else max_tokens
+    runs = [_Run(i, list(prompts[i]), environments[i], seeds[i], budget) for i in range(count)]
+    try:
+        for run in runs:
+            run.start(rows[run.index], _chat(conversations[run.index]), delta)
+        for turn in range(limits.max_turns):
+            live = [run for run in runs if run.live]
+            if not live:
+                break
+            caps = [min(params.max_new_tokens, run.room) for run in live]
+            outputs = generate([run.ids for run in live], [_turn_seed(run.seed, turn) for run in live],
+                               dataclasses.replace(params, max_new_tokens=max(caps)))
+            log_probs = getattr(owner, "last_log_probs", None)
+            for j, (run, cap) in enumerate(zip(live, caps)):
+                sampled = list(outputs[j])[:cap]
+                lps = list(log_probs[j])[:cap] if log_probs is not None else []
+                run.turn(sampled, lps if len(lps) == len(sampled) else [0.0] * len(sampled), tokenizer, delta,
+                         limits)
+        for run in runs:
+            if run.live:  # still going after max_turns
+                run.stop(truncated=True)
+    finally:
+        for run in runs:
+            run.close()
+    return [run.finish() for run in runs]
+
+
+def _turn_seed(seed: int, turn: int) -> int:
+    return seed if turn == 0 else row_seed(seed, turn)
+
+
+def _chat(conversation: Any) -> list[dict[str, Any]]:
+    if isinstance(conversation, str):
+        return [{"role": "user", "content": conversation}]
+    return list(conversation or [])
+
+
+class _Run:
+    """One episode in progress: the ids fed so far, and its record."""
+
+    def __init__(self, index: int, prompt: list[int], env: Environment, seed: int, budget: int) -> None:
+        self.index, self.env, self.seed, self.budget = index, env, int(seed), budget
+        self.ids = prompt
+        self.episode = Episode(response_ids=[], loss_mask=[], sampling_log_probs=[], turn_ends=[], turn_rewards=[],
+                               prompt_ids=prompt)
+        self.live = True
+
+    @property
+    def room(self) -> int:
+        return self.budget - len(self.episode.response_ids)
+
+    def start(self, row: Mapping[str, Any], conversation: list[dict[str, Any]], delta: ChatDelta) -> None:
+        messages = self._call(self.env.reset, row, list)
+        if messages is None:
+            return
+        if messages:
+            self.ids = delta.prompt_with(self.ids, conversation, messages)
+            self.episode.prompt_ids = self.ids
+            self.episode.messages.extend(messages)
+        if self.room <= 0:
+            self.stop(truncated=True)
+
+    def turn(self, sampled: list[int], log_probs: list[float], tokenizer: Any, delta: ChatDelta,
+             limits: MultiTurn) -> None:
+        episode = self.episode
+        if not sampled:  # a backend that returned nothing: nothing to score or continue from
+            self.stop(truncated=True)
+            return
+        start = len(episode.response_ids)
+        self._append(sampled, 1, log_probs)
+        episode.turn_ends.append(len(episode.response_ids) - 1)
+        episode.turn_rewards.append(0.0)
+        episode.turns += 1
+        text = tokenizer.decode(sampled, skip_special_tokens=True)
+        episode.final_text, episode.final_span = text, (start, len(episode.response_ids))
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        calls = openai_tool_calls(parse_tool_calls(text, limits.tool_format))
+        if calls:  # for reading the transcript; `content` is what was sampled, markup included
+            message["tool_calls"] = calls
+        episode.messages.append(message)
+        step = self._call(self.env.step, text, Step)
+        if step is None:
+            return
+        episode.turn_rewards[-1] = float(step.reward) if step.reward is not None else 0.0
+        episode.tool_calls += step.tool_calls
+        episode.tool_errors += step.tool_errors
+        if step.done:
+            episode.final_reward = None if step.final_reward is None else float(step.final_reward)
+            self.stop(truncated=False)
+            return
+        if episode.turns >= limits.max_turns or episode.tool_calls > limits.max_tool_calls:
+            self.stop(truncated=True)
+            return
+        observation = delta.after_turn(sampled[-1], step.messages)
+        if len(observation) >= self.room:  # no room left for a single sampled token after it
+            self.stop(truncated=True)
+            return
+        self._append(observation, 0, [0.0] * len(observation))
+        episode.messages.extend(step.messages)
+
+    def _append(self, ids: list[int], mask: int, log_probs: list[float]) -> None:
+        self.episode.response_ids.extend(ids)
+        self.episode.loss_mask.extend([mask] * len(ids))
+        self.episode.sampling_log_probs.extend(float(x) for x in log_probs)
+        self.ids = self.ids + ids
+
+    def _call(self, method: Any, argument: Any, answer_type: type) -> Any:
+        """The environment's answer, timed; None when it failed (the episode is then over)."""
+        began = time.perf_counter()
+        try:
+            answer = method(argument)
+            if answer is None and answer_type is list:
+                answer = []
+            if not isinstance(answer, answer_type):
+                raise EnvironmentFailure(f"the environment answered {type(answer).__name__}, not a "
+                                         f"{answer_type.__name__}")
+            return answer
+        except EnvironmentFailure as e:
+            self._fail(str(e) or "the environment failed")
+        except Exception as e:  # an environment's bug fails its episode, not the batch
+            log.warning("environment of episode %d raised", self.index, exc_info=True)
+            self._fail(f"the environment raised {type(e).__name__}")
+        finally:
+            self.episode.env_seconds += time.perf_counter() - began
+        return None
+
+    def _fail(self, why: str) -> None:
+        self.episode.failed = why[:500]
+        self.live = False
+
+    def stop(self, *, truncated: bool) -> None:
+        self.episode.truncated = truncated
+        self.live = False
+
+    def close(self) -> None:
+        began = time.perf_counter()
+        try:
+            self.env.close()
+        except Exception:  # closing must reach every environment of the batch
+            log.warning("closing the environment of episode %d failed", self.index, exc_info=True)
+        finally:
+            self.episode.env_seconds += time.perf_counter() - began
+
+    def finish(self) -> Episode:
+        if self.episode.failed is not None:
+            self.episode.loss_mask = [0] * len(self.episode.loss_mask)
+        return self.episode
+
+
+_SENTINEL = "\x00keel-turn\x00"
+_BASE: list[dict[str, Any]] = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": _SENTINEL}]
+
+
+class ChatDelta:
+    """The chat template's incremental form: token ids of new messages after an assistant turn (see the
+    module doc), from one tokenizer's template."""
+
+    def __init__(self, tokenizer: Any, eos_ids: set[int]) -> None:
+        if not getattr(tokenizer, "chat_template", None):
+            raise EngineError("multi-turn episodes need a tokenizer with a chat template (to render the "
+                              "environment's messages)", code="invalid_model")
+        self.tokenizer = tokenizer
+        self.eos_ids = eos_ids
+        self.base = self.render(_BASE, generation_prompt=False)
+        at = self.base.rfind(_SENTINEL)
+        if at < 0:
+            raise EngineError("the chat template drops the assistant's content", code="invalid_model")
+        self.end_of_turn = self.base[at + len(_SENTINEL):]
+        """What the template writes after an assistant's content (the demo's `<|eos|>\\n`)."""
+
+    def render(self, messages: list[dict[str, Any]], *, generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
+
+    def closing(self, last_token: int) -> str:
+        """The end-of-turn text still to write after a turn whose last sampled token is `last_token`."""
+        if last_token in self.eos_ids:
+            eos_text = self.tokenizer.decode([last_token], skip_special_tokens=False)
+            at = self.end_of_turn.find(eos_text) if eos_text else -1
+            return self.end_of_turn[at + len(eos_text):] if at >= 0 else ""
+        return self.end_of_turn
+
+    def after_turn(self, last_token: int, messages: list[dict[str, Any]]) -> list[int]:
+        """Ids to append after a turn ending in `last_token`: the rest of its end-of-turn, `messages`, and
+        the next generation prompt."""
+        return self.encode(self.closing(last_token) + self.messages_text(_BASE, self.base, messages))
+
+    def messages_text(self, base: list[dict[str, Any]], base_text: str, messages: list[dict[str, Any]]) -> str:
+        full = self.render(base + list(messages), generation_prompt=True)
+        if not full.startswith(base_text):
+            raise EngineError("the chat template renders earlier messages differently once new ones follow: "
+                              "multi-turn episodes cannot extend it token by token", code="invalid_model")
+        return full[len(base_text):]
+
+    def prompt_with(self, prompt: list[int], conversation: list[dict[str, Any]],
+                    messages: list[dict[str, Any]]) -> list[int]:
+        """The prompt with an environment's first messages after the conversation and then the generation
+        prompt: the given prompt's ids are kept, its generation prompt (the template's, when the prompt ends
+        with exactly those ids) replaced by the messages' rendering; else the whole is rendered anew."""
+        if conversation:
+            plain = self.render(conversation, generation_prompt=False)
+            with_prompt = self.render(conversation, generation_prompt=True)
+            tail = self.encode(with_prompt[len(plain):]) if with_prompt.startswith(plain) else []
+            if tail and prompt[-len(tail):] == tail:
+                return prompt[:-len(tail)] + self.encode(self.messages_text(conversation, plain, messages))
+        return self.encode(self.render(conversation + list(messages), generation_prompt=True))
