@@ -49,7 +49,7 @@ def build_app():
                   reset_delay_s: float = 0.0, first_reset_delay_s: float = 0.0, step_delay_s: float = 0.0,
                   **kwargs) -> SayObservation:
             RESETS[key] += 1
-            time.sleep(first_reset_delay_s if RESETS[key] == 1 else reset_delay_s)
+            time.sleep(reset_delay_s + (first_reset_delay_s if RESETS[key] == 1 else 0.0))
             self._state = State(step_count=0)
             self.target, self.turns, self.step_delay_s = target, turns, step_delay_s
             return SayObservation(prompt=f"Say {target}.", done=False, reward=None)

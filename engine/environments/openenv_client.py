@@ -108,7 +108,7 @@ class Server:
             return connect(ws_url, sock=sock, ssl=ssl.create_default_context() if self.scheme == "https" else None,
                            server_hostname=self.host if self.scheme == "https" else None, proxy=None,
                            open_timeout=self.timeout_s, close_timeout=2, max_size=MAX_MESSAGE_BYTES, compression=None,
-                           user_agent_header="Keel-OpenEnv/1")
+                           user_agent_header="Keel-OpenEnv/1", legacy=True)  # a connection, not a reconnector
         except (OSError, WebSocketException, TimeoutError) as exc:
             sock.close()
             raise Retryable(f"WebSocket handshake with {self.url}/ws failed: {_brief(exc)}") from exc
