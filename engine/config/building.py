@@ -112,7 +112,7 @@ def _check(config: Any, prefix: str) -> None:
         value = getattr(config, f.name)
         if not isinstance(value, int) or isinstance(value, bool):
             continue
-        if f.name == "max_episode_tokens":  # 0: the response width
+        if f.name in ("max_episode_tokens", "max_tokens_per_turn"):  # 0: no cap of its own
             if value < 0:
                 fail(f.name, f"{prefix + f.name} must not be negative")
         elif f.name in _POSITIVE or any(part in f.name for part in _POSITIVE_PARTS):

@@ -104,6 +104,8 @@ class MultiTurnConfig:
     """Tool calls per episode; past them the episode is truncated."""
     max_episode_tokens: int = 0
     """Tokens after the prompt (assistant and environment); 0: `data.max_response_length`."""
+    max_tokens_per_turn: int = 0
+    """Tokens one assistant turn may sample; 0: what is left of the episode's budget."""
     tool_format: Literal["hermes"] = "hermes"
     """How tool calls are written in the assistant text (`<tool_call>{json}</tool_call>`)."""
     max_failed_frac: float = 0.25

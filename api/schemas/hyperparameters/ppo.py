@@ -119,6 +119,8 @@ class MultiTurnConfig(Strict):
     """Tool calls per episode; past them the episode is truncated."""
     max_episode_tokens: Annotated[int, Field(ge=0, le=MAX_SIZE)] = 0
     """Tokens after the prompt (assistant and environment); 0: `data.max_response_length` (at most that)."""
+    max_tokens_per_turn: Annotated[int, Field(ge=0, le=MAX_SIZE)] = 0
+    """Tokens one assistant turn may sample; 0: what is left of the episode's budget."""
     tool_format: Literal["hermes"] = "hermes"
     """How tool calls are written in the assistant text (`<tool_call>{json}</tool_call>`)."""
     max_failed_frac: Share = 0.25
