@@ -202,9 +202,10 @@ class PPOTrainer:
             specs.append(RoleSpec("rollout", RolloutWorker, (cfg, req.model_path),
                                   {"rollout": self._rollout_backend(), **common},
                                   num_workers=req.resources.rollout_workers, separate=True))
-        is_model = "model_path" in reward or bool((reward.get("grading") or {}).get("models"))  # score_model
-        specs.append(RoleSpec("reward", Reward, (cfg,), {"tokenizer_path": req.model_path, **reward, **common},
-                              num_workers=w if is_model else 1, uses_gpu=is_model))
+        if reward is not None:  # None: recorded trajectories bring their rewards (ppo_trajectories)
+            is_model = "model_path" in reward or bool((reward.get("grading") or {}).get("models"))  # score_model
+            specs.append(RoleSpec("reward", Reward, (cfg,), {"tokenizer_path": req.model_path, **reward, **common},
+                                  num_workers=w if is_model else 1, uses_gpu=is_model))
         specs += self.extra_roles(common)
         if req.resources.executor == "local":
             from engine.roles.local import LocalRoleCluster as Cluster

@@ -52,7 +52,7 @@ ENTRY_POINTS: dict[str, tuple[str, str]] = {
     "reward_model": ("engine.methods.reward_model", "run_reward_model"),
     "rm_distill": ("engine.methods.rm_distill", "run_rm_distill"),
     "dpo": ("engine.methods.dpo", "run_dpo"),
-    "ppo": ("engine.methods.ppo", "run_ppo"),
+    "ppo": ("engine.methods.ppo_trajectories", "run_ppo_by_source"),  # generated, or recorded trajectories
     "distill_policy": ("engine.methods.distill_policy", "run_distill_policy"),
     "eval": ("engine.methods.evaluate", "run_eval"),
 }
