@@ -139,3 +139,54 @@ def test_a_server_killed_mid_episode_fails_that_episode_only(server):
     fresh = env(victim, retries=1)
     with pytest.raises(EnvironmentFailure, match="cannot connect"):
         fresh.reset({})
+
+
+class KillsBeforeSecondStep:
+    """An OpenEnv episode whose server is SIGKILLed after the first turn's answer (mid-episode)."""
+
+    def __init__(self, inner, victim) -> None:
+        self.inner, self.victim, self.steps = inner, victim, 0
+
+    def reset(self, row):
+        return self.inner.reset(row)
+
+    def step(self, text):
+        self.steps += 1
+        if self.steps == 2:
+            self.victim.kill()
+        return self.inner.step(text)
+
+    def close(self):
+        self.inner.close()
+
+
+def test_run_episodes_with_the_demo_policy_fails_only_the_killed_servers_episode(server, demo_assets, one_thread):
+    from engine.config import ModelConfig
+    from engine.models import load_policy, load_tokenizer
+    from engine.rollout.backends import make_rollout
+    from engine.rollout.episodes import MultiTurn, run_episodes
+    from engine.rollout.sampling import SamplingParams
+
+    tokenizer = load_tokenizer(demo_assets["model"])
+    rollout = make_rollout("hf", load_policy(demo_assets["model"], ModelConfig()), tokenizer=tokenizer, model_path="",
+                           dtype="float32", lora_rank=0, max_model_len=256, seed=0)
+    victim = ServerProcess()
+    spec = {"reset_fields": ["target"], "reset_args": {"turns": 3}}
+    environments = [KillsBeforeSecondStep(env(victim, **spec), victim), env(server, **spec), env(server, **spec)]
+    rows = [{"target": "qqqq", "prompt": f"Question {i}?"} for i in range(3)]
+    conversations = [[{"role": "user", "content": r["prompt"]}] for r in rows]
+    prompts = [tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=True) for c in conversations]
+    episodes = run_episodes(rollout.generate, tokenizer, prompts, conversations, environments, rows, [1, 2, 3],
+                            SamplingParams(max_new_tokens=6, temperature=1.0), MultiTurn(max_turns=3), 96)
+
+    doomed, *others = episodes
+    assert doomed.failed is not None and "session was lost" in doomed.failed
+    assert doomed.turns == 2 and set(doomed.loss_mask) == {0}  # a failed episode trains nothing
+    for e in others:
+        assert e.failed is None and e.turns == 3 and not e.truncated  # turns=3: the server ends it
+        assert e.final_reward == 0.0  # the last step's reward is the outcome
+        assert e.messages[0] == {"role": "user", "content": "Say qqqq."}  # reset's observation
+        observations = [m for m in e.messages if m["role"] == "user"]
+        assert [m["content"] for m in observations[1:]] == ["No. Say qqqq."] * 2
+        assert e.turn_rewards == [0.0, 0.0, 0.0]
+        assert 0 in e.loss_mask[:e.turn_ends[-1]] and e.loss_mask[e.turn_ends[-1]] == 1  # observations: mask 0
