@@ -3,8 +3,11 @@
 - `echo_token` (`{"type": "echo_token", "words": [...]}`): two turns. Whatever the assistant says first,
   the environment answers with a user message naming a target word (`Say: <word>`), picked from `words`
   (default `WORDS`) by the row and the context's seed; the episode's reward is 1.0 when the assistant's
-  second turn contains the word, else 0.0, and it ends there. The default words are ones the demo
-  tokenizer writes as one token after a space, so copying the token from the observation earns it.
+  second turn contains the word (as a substring), else 0.0, and it ends there. The default words are
+  one token each in the demo tokenizer, with or without a leading space, and about a tenth of its
+  vocabulary contains one of them: the tiny untrained demo model hits a target in about one of five
+  8-token turns, a signal dense enough to climb in a few PPO steps (a long word such as `bread` is a
+  single token of 1,024: about 1%).
 - `arithmetic` (`{"type": "arithmetic"}`): the row's question (the demo `prompts` rows: "What is 3 + 4?",
   `ground_truth` "7"; without a ground truth, the `a + b` / `a - b` / `a * b` the prompt states) with the
   `calculator` tool available (`engine.environments.tools`). A turn with tool calls gets their results;
@@ -29,8 +32,8 @@ from engine.environments.tools import calculator_tool, run_calls
 from engine.errors import EngineError
 from engine.rollout.sampling import row_seed
 
-WORDS = ("bread", "tea", "rice", "water", "sun", "book")
-"""Each one token after a space in the demo tokenizer (" bread" is one id), several tokens otherwise."""
+WORDS = ("in", "at", "an", "on")
+"""Short words, each one token in the demo tokenizer (with and without a leading space)."""
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _QUESTION = re.compile(r"(-?\d+)\s*([-+*])\s*(-?\d+)")
 _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
