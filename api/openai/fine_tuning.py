@@ -115,6 +115,9 @@ def create_fine_tuning_job(raw: dict[str, Any], project: CurrentProject, caller:
     except ValidationError as e:
         first = e.errors()[0]
         param = "method.keel_overrides" if keel_method["overrides"] else "method"
+        loc = [str(p) for p in first["loc"]]
+        if "multi_turn" in loc:  # Keel's multi_turn, given under the OpenAI method's hyperparameters
+            param = ".".join(["method.reinforcement.hyperparameters", *loc[loc.index("multi_turn"):]])
         raise ApiError(400, "invalid_request", f"{param}: {first['msg']} "
                        f"({'.'.join(str(p) for p in first['loc'])})", param=param) from None
     spec, nodes = _resolve(db, project.id, keel_body)

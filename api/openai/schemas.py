@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.schemas.environments import EnvironmentSpec
+from api.schemas.hyperparameters.ppo import MultiTurnConfig
 from api.schemas.jobs import Integration, Metadata, ModelRef, Override, ResourceId
 from api.schemas.text import NulFree
 
@@ -39,6 +41,10 @@ class ReinforcementHyperparameters(SupervisedHyperparameters):
     eval_samples: Annotated[int, Field(ge=1, le=64)] | Auto = "auto"
     reasoning_effort: Literal["default", "low", "medium", "high"] = "default"
     """Accepted for compatibility; Keel's policies have no reasoning budget."""
+    multi_turn: MultiTurnConfig | None = None
+    """Keel extension: the episodes' limits, the PPO job's `rollout.multi_turn` (`max_turns`, `max_tool_calls`,
+    `max_episode_tokens`, `tool_format`, `max_failed_frac`); `enable` defaults to true where rows carry `tools`
+    or `environment` is set (docs/openai.md#agentic-reinforcement-fine-tuning)."""
 
 
 class SupervisedSpec(_Strict):
@@ -55,6 +61,9 @@ class ReinforcementSpec(_Strict):
     allows it); checked by engine/rewards/graders.py (docs/openai.md#graders)."""
     hyperparameters: ReinforcementHyperparameters = Field(default_factory=ReinforcementHyperparameters)
     response_format: dict[str, Any] | None = None
+    environment: EnvironmentSpec | None = None
+    """Keel extension: the episodes' environment for rows without `tools` (the PPO job's `method.environment`:
+    `{"type": "arithmetic"}`, `{"type": "openenv", "url": ...}`, built-in `tools`; docs/environments.md)."""
 
 
 class FineTuneMethod(_Strict):

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from api import model_refs
 from api.errors import ApiError, not_found
 from api.graders import checked_grader
+from api.openai import agentic
 from api.openai.schemas import DpoSpec, FineTuningJobCreate, SupervisedSpec
 from api.schemas.jobs import MAX_GRADER_CHARS
 from core import finetune_files as ft
@@ -80,7 +81,8 @@ def _derived_file(db: Session, project_id: str, file_id: str, method: str, param
         raise _bad(param, f"{file_id}: {e.detail}", "invalid_file_format") from e
     row = File(id=derived_id, project_id=project_id, purpose=want_keel, filename=f"{source.filename}.keel.jsonl"[:255],
                bytes=len(data), sha256=sha, format="jsonl", rows=info.rows, columns=info.columns, stats=info.stats,
-               status="processed", storage_key=key, meta={"converted_from": source.id})
+               status="processed", storage_key=key,
+               meta={"converted_from": source.id, agentic.ROWS_KEY: agentic.count_environments(data)})
     db.add(row)
     db.flush()
     return source, row
@@ -137,6 +139,7 @@ def _keel_method(db: Session, body: FineTuningJobCreate, source: File, training:
     trainer = {"total_epochs": epochs, "save_freq": steps_per_epoch, "test_freq": steps_per_epoch}
     # A batch of one (a two-row file less its hold-out) takes micro-batches of one too.
     micro = {"micro_batch_size_per_gpu": batch} if batch < 2 else {}
+    extra: dict[str, Any] = {}  # Keel's method fields beyond the hyperparameters (a reinforcement job's environment)
     if kind == "supervised":
         hyper = {"data": data, "optim": {"lr": lr}, "trainer": trainer, **micro}
         keel: dict[str, Any] = {"type": "sft", "hyperparameters": hyper}
@@ -157,14 +160,18 @@ def _keel_method(db: Session, body: FineTuningJobCreate, source: File, training:
         resolved.update(compute_multiplier=compute, eval_interval=interval,
                         eval_samples=_auto(hp.eval_samples, 1), reasoning_effort=hp.reasoning_effort)
         trainer["test_freq"] = interval
-        keel = {"type": "ppo", "reward": {"function": "grader", "options": {"grader": text}},
+        rollout: dict[str, Any] = {"n": group}
+        episodes, extra = agentic.multi_turn(spec, training, rows)
+        if episodes is not None:  # rows with tools (or an environment): multi-turn episodes
+            rollout["multi_turn"] = resolved["multi_turn"] = episodes
+        keel = {"type": "ppo", "reward": {"function": "grader", "options": {"grader": text}}, **extra,
                 "hyperparameters": {
-                    "data": data, "algorithm": {"adv_estimator": "grpo"}, "rollout": {"n": group},
+                    "data": data, "algorithm": {"adv_estimator": "grpo"}, "rollout": rollout,
                     "actor": {"ppo_mini_batch_size": batch, "ppo_epochs": 1, "optim": {"lr": lr}},
                     "trainer": trainer}}
     keel["overrides"] = list(method.keel_overrides)
     public = {"type": kind, kind: {**({"grader": spec.grader} if kind == "reinforcement" else {}),
-                                   "hyperparameters": resolved}}
+                                   **extra, "hyperparameters": resolved}}
     return keel, public
 
 
