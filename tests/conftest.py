@@ -46,6 +46,9 @@ os.environ.update({
     # Python graders run (sandboxed) in the API and the session's Celery worker; tests of the refusal turn
     # it off in the API's process (tests/openai/test_openai_python_graders.py).
     "KEEL_ALLOW_PYTHON_GRADERS": "1",
+    # OpenEnv test servers listen on loopback (tests/workers/test_openenv_e2e.py), in the Celery worker too;
+    # tests/core/test_environment_urls.py empties the list.
+    "KEEL_ENV_ALLOWED_HOSTS": '["127.0.0.1"]',
     # `cpus_per_worker: auto` resolves to 1, as before it existed: concurrent test jobs share the session's
     # 2-CPU Ray instead of waiting for each other, with 1 torch thread each on the 2-core CI machine.
     # tests/api/test_auto_cpus.py raises it.
