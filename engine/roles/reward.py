@@ -129,7 +129,12 @@ class Reward(Role):
         from engine.rewards.graders import item_of, sample_of
 
         texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in self._responses(batch)]
-        results = self.grader.score([sample_of(t) for t in texts], [item_of(m.get("ground_truth")) for m in meta])
+        samples = [sample_of(t) for t in texts]
+        if "episode_transcript" in batch:  # an episode's grader also reads its tool calls and transcript
+            from engine.roles.episode_batch import transcript
+
+            samples = [sample_of(t, transcript(batch, i).get("messages", [])) for i, t in enumerate(texts)]
+        results = self.grader.score(samples, [item_of(m.get("ground_truth")) for m in meta])
         failed = [r.error for r in results if r.error is not None]
         if failed:  # the sample scores 0.0 (OpenAI's behaviour); say why once per batch
             log.warning("grader: %d of %d samples not scored, e.g. %s: %s", len(failed), len(results),

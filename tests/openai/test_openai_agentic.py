@@ -121,3 +121,38 @@ def test_an_episode_sample_gives_graders_its_tool_calls_and_transcript():
     assert grader.score([sample], [{"answer": "391"}])[0].score == 3.0
     single = grader.score([sample_of("391")], [{"answer": "391"}])[0]  # no episode: the fields are missing
     assert single.score == 0.0 and single.error["param"].endswith("input")
+
+
+def test_the_reward_role_grades_an_episode_with_its_transcript(demo_assets):
+    """The PPO Reward role gives a `grader` the episode's sample: the final turn as `output_text` (not the
+    tool results before it), the tool calls and the transcript."""
+    from engine.config import PPOConfig, build_config
+    from engine.models import load_tokenizer
+    from engine.roles.batch import build_batch
+    from engine.roles.episode_batch import tensors
+    from engine.roles.reward import Reward
+    from engine.rollout.episodes import Episode
+
+    tokenizer = load_tokenizer(demo_assets["model"])
+    call = {"id": "c0", "type": "function", "function": {"name": "calculator", "arguments": "{\"expression\": \"17*23\"}"}}
+    first, final = (tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("call it", "391"))
+    episodes = [Episode(response_ids=first + final, loss_mask=[1] * (len(first) + len(final)),
+                        sampling_log_probs=[0.0] * (len(first) + len(final)),
+                        turn_ends=[len(first) - 1, len(first) + len(final) - 1], turn_rewards=[0.0, 0.0],
+                        final_text="391", final_span=(len(first), len(first) + len(final)), turns=2, tool_calls=calls,
+                        messages=[{"role": "assistant", "content": "call it", "tool_calls": [call] * calls},
+                                  {"role": "tool", "name": "calculator", "content": "391"},
+                                  {"role": "assistant", "content": "391"}])
+                for calls in (1, 0)]
+    responses = [e.response_ids for e in episodes]
+    batch = build_batch([[1, 2]] * 2, responses, prompt_width=2, response_width=len(responses[0]),
+                        pad_id=tokenizer.pad_token_id)
+    batch.update(tensors(episodes, len(responses[0])))
+    grader = {"type": "multi", "name": "m", "calculate_output": "answer + used",
+              "graders": {"answer": {**GRADER, "operation": "eq"},
+                          "used": {"type": "string_check", "name": "used", "operation": "like",
+                                   "input": "{{sample.output_tools}}", "reference": "calculator"}}}
+    role = Reward(build_config(PPOConfig, {}), tokenizer_path=demo_assets["model"],
+                  functions={}, function="grader", options={"grader": json.dumps(grader)})
+    out = role.compute_scores(batch, [{"ground_truth": json.dumps({"answer": "391"})}] * 2)
+    assert out["scores"].tolist() == [2.0, 1.0]
