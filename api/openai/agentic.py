@@ -10,6 +10,7 @@ from typing import Any
 
 from api.errors import ApiError
 from api.openai.schemas import ReinforcementSpec
+from core import environments
 from core.models import File
 
 ROWS_KEY = "environments"
@@ -39,6 +40,10 @@ def multi_turn(spec: ReinforcementSpec, training: File, rows: int) -> tuple[dict
     with_env = episode_rows(training)
     given = spec.hyperparameters.multi_turn
     environment = spec.environment.model_dump(mode="json") if spec.environment is not None else None
+    problem = environments.environment_url_problem(environment)  # a remote environment's URL (blocking DNS)
+    if problem is not None:
+        param = f"{_PARAM}.environment.{problem[0]}"
+        raise ApiError(400, "invalid_url", f"{param}: {problem[1]}.", param=param)
     if not with_env and environment is None:
         if given is not None and given.enable:
             raise ApiError(400, "invalid_request", f"{_PARAM}.hyperparameters.multi_turn: multi-turn episodes need "

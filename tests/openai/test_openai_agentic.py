@@ -90,6 +90,7 @@ def test_bad_tools_are_refused_at_upload_naming_the_field(oai, tmp_path, tools, 
     (ROWS, {"hyperparameters": {"multi_turn": {"max_episode_tokens": 5000}}},  # over data.max_response_length
      "method.reinforcement.hyperparameters.multi_turn.max_episode_tokens"),
     (ROWS, {"environment": {"type": "chess"}}, "method.reinforcement.environment.type"),
+    (ROWS, {"environment": {"type": "openenv", "url": "http://169.254.169.254/"}}, "method.reinforcement.environment.url"),
     ([{"messages": [{"role": "user", "content": "q"}], "answer": "a"}],
      {"hyperparameters": {"multi_turn": {"enable": True}}}, "method.reinforcement.hyperparameters.multi_turn"),
 ])
