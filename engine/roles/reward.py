@@ -47,7 +47,8 @@ class Reward(Role):
         options: keyword arguments passed to every rule function (e.g. `format_score`).
         grading: for the `grader` function, the job request's `reward.grading` (python-grader limits,
             score-model paths): the whole batch is scored by one `engine.rewards.graders.Grader`, built once
-            (a score_model grader's model loads on first use and stays for the job).
+            (a score_model grader's model loads on first use and stays for the job). For `code_tests`, its
+            `python` limits cap the sandboxes (`engine.rewards.code_tests.CodeTests`; None: the defaults).
     """
 
     def __init__(self, config: PPOConfig, *, tokenizer_path: str, model_path: str | None = None,
