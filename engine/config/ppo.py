@@ -148,6 +148,10 @@ class RolloutConfig:
     partial: Literal["finish", "continue"] = "finish"
     """A batch whose generation is in flight at a weight update: `finish` on the version it started
     with (counted stale), or `continue` its remaining prompt groups on the new version."""
+    weight_sync: Literal["object_store", "collective"] | None = None
+    """How separate rollout workers get each version: read from the Ray object store, or broadcast by
+    the trainer over a process group they join (gloo on CPU, NCCL on GPU). None: `collective` on GPU,
+    `object_store` on CPU (see `engine.runtime.weight_sync`)."""
     multi_turn: MultiTurnConfig = MultiTurnConfig()
     source: Literal["generate", "trajectories"] = "generate"
     """`trajectories`: train on recorded, scored agent calls (`engine.methods.ppo_trajectories`)."""

@@ -166,6 +166,10 @@ class RolloutConfig(Strict):
     """A batch whose generation is in flight at a weight update: `finish` on the version it started
     with (counted stale), or `continue` its remaining prompt groups on the new version (needs
     `colocate: false` and a mode other than `sync`)."""
+    weight_sync: Literal["object_store", "collective"] | None = None
+    """How rollout workers (`colocate: false`) get each policy version: read from the Ray object
+    store, or broadcast by the trainer over a process group they join (gloo on CPU, NCCL on GPU).
+    Unset: `collective` on GPU workers, `object_store` on CPU."""
     multi_turn: MultiTurnConfig = Field(default_factory=MultiTurnConfig)
     source: Literal["generate", "trajectories"] = "generate"
     """`generate`: sample `n` responses per prompt of the training file. `trajectories`: train on the
