@@ -213,8 +213,7 @@ def test_a_ppo_step_scores_with_code_tests_and_reports_its_counts(demo_assets, r
     from engine.methods.ppo import run_ppo
     from engine.runtime.reporting import RecordingReporter
 
-    rows = [{"prompt": "Loop forever.", "ground_truth": json.dumps({"tests": ["while True:\n    pass"],
-                                                                     "timeout_s": 0.5})},
+    rows = [{"prompt": "Write add.", "ground_truth": ADD},
             {"prompt": "A row without tests.", "ground_truth": "not json"},
             {"prompt": "Write any code.", "ground_truth": json.dumps({"tests": ["assert True"]})},
             {"prompt": "Print nothing.", "ground_truth": json.dumps({"tests": [{"input": "", "output": ""}]})}]
@@ -231,14 +230,13 @@ def test_a_ppo_step_scores_with_code_tests_and_reports_its_counts(demo_assets, r
                        reward={"function": "code_tests", "options": {"timeout_s": 5, "parallel": 2},
                                "grading": {"python": {"wall_s": 10, "cpu_s": 10}}}), reporter)
     metrics = reporter.of("metrics")[-1]["values"]
-    # The untrained policy's code never runs far enough to loop (tests run after the code): the Reward
-    # role's own test shows timeouts counted; here the bad row's two samples are 2 of 8 errors.
+    # Nothing here loops (the Reward role's test counts timeouts); the bad row's two samples are 2 of 8 errors.
     assert metrics["reward/timeouts"] == 0.0 and metrics["reward/errors"] == 0.25
     assert metrics["timing_s/reward"] > 0.0
     truths = {r["prompt"]: r["ground_truth"] for r in rows}
     samples = [s for event in reporter.of("samples") for s in event["rows"]]
     assert samples
-    rescorer = CodeTests({"timeout_s": 0.5})
+    rescorer = CodeTests({"timeout_s": 5})
     try:  # the step's rewards are the scorer's own on those responses
         for sample in samples:
             truth = next(t for p, t in truths.items() if sample["prompt"].endswith(p) or p in sample["prompt"])
