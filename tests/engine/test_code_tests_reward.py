@@ -26,7 +26,7 @@ GOOD = "Here you go:\n```python\ndef add(a, b):\n    return a + b\n```\n"
 
 @pytest.fixture(scope="module")
 def scorer():
-    out = CodeTests({"timeout_s": 1.5, "parallel": 2})
+    out = CodeTests({"timeout_s": 3, "parallel": 2})
     yield out
     out.close()
 
@@ -86,7 +86,7 @@ def test_an_infinite_loop_scores_zero_within_its_timeout_and_counts(scorer):
     elapsed = time.monotonic() - started
     assert scores == [0.0, 1.0]
     assert counts == Counts(samples=2, timeouts=1, errors=0)
-    assert elapsed < 1.5 + 10  # the timeout plus an interpreter's start on a loaded machine, never the loop
+    assert elapsed < 3 + 10  # the timeout plus an interpreter's start on a loaded machine, never the loop
     assert reward_metrics([{"counts": counts}, {"counts": Counts(2, 0, 1)}]) == {"reward/timeouts": 0.25,
                                                                              "reward/errors": 0.25}
     assert reward_metrics([{"scores": None}]) == {}
