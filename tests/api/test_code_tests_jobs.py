@@ -24,7 +24,7 @@ def test_a_code_tests_job_is_created(client, auth, files, monkeypatch):
 
 
 @pytest.mark.parametrize(("options", "param"), [({"timeout_s": 0}, "timeout_s"), ({"parallel": 0}, "parallel"),
-                                                ({"parallel": 2.5}, "parallel"), ({"pattern": "x"}, "pattern")])
+                                                ({"parallel": 2.0}, "parallel"), ({"pattern": "x"}, "pattern")])
 def test_bad_code_tests_options_are_422s(client, auth, files, monkeypatch, options, param):
     monkeypatch.setattr(settings, "ALLOW_PYTHON_GRADERS", True)
     r = create(client, auth, _body(files, **options))

@@ -270,7 +270,7 @@ def _check_code_tests(options: dict[str, Any]) -> None:
         number = isinstance(value, int | float) and not isinstance(value, bool)
         if key == "timeout_s" and not (number and 0 < value < 1e6):
             raise ApiError(422, "invalid_request", f"{param}: a positive number of seconds.", param=param)
-        if key == "parallel" and not (number and value == int(value) and 1 <= value <= _MAX_CODE_TESTS_PARALLEL):
+        if key == "parallel" and not (number and isinstance(value, int) and 1 <= value <= _MAX_CODE_TESTS_PARALLEL):
             raise ApiError(422, "invalid_request", f"{param}: an integer from 1 to {_MAX_CODE_TESTS_PARALLEL}.",
                            param=param)
         if key not in ("timeout_s", "parallel"):
