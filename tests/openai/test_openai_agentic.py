@@ -6,6 +6,7 @@ episode fields are 400s naming the field; an episode's grader sample (`output_to
 from __future__ import annotations
 
 import json
+import time
 
 import openai
 import pytest
@@ -157,3 +158,22 @@ def test_the_reward_role_grades_an_episode_with_its_transcript(demo_assets):
                   functions={}, function="grader", options={"grader": json.dumps(grader)})
     out = role.compute_scores(batch, [{"ground_truth": json.dumps({"answer": "391"})}] * 2)
     assert out["scores"].tolist() == [2.0, 1.0]
+
+
+@pytest.mark.slow
+def test_an_agentic_job_runs_to_success(oai, tmp_path, demo_assets, celery_worker):
+    """The whole way: rows with tools -> a multi-turn GRPO job on the demo model that trains its episodes and
+    reports the episode metrics (one step of two rows, two samples each, a few tokens a turn)."""
+    train = oai.files.create(file=jsonl(tmp_path, "agentic-run.jsonl", ROWS).open("rb"), purpose="fine-tune")
+    job = oai.fine_tuning.jobs.create(model=demo_assets["model"], training_file=train.id, method={
+        **_method(hyperparameters={"n_epochs": 1, "batch_size": 2, "compute_multiplier": 0.5,
+                                   "multi_turn": {"max_turns": 2, "max_tokens_per_turn": 6}}),
+        "keel_overrides": ["data.max_response_length=16"]})
+    deadline = time.monotonic() + 600
+    while (done := oai.fine_tuning.jobs.retrieve(job.id)).status not in ("succeeded", "failed", "cancelled"):
+        assert time.monotonic() < deadline, done.status
+        time.sleep(1)
+    assert done.status == "succeeded", done.error
+    values = [e.data["values"] for e in oai.fine_tuning.jobs.list_events(job.id, limit=100).data
+              if e.type == "metrics"]
+    assert values and all(v["episode/turns/mean"] >= 1 and "episode/tool_calls/mean" in v for v in values)
