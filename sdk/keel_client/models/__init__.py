@@ -44,6 +44,8 @@ from .dpo_config_loss_type import DPOConfigLossType
 from .dpo_method import DPOMethod
 from .dpo_optim_config import DPOOptimConfig
 from .dpo_optim_config_lr_scheduler_type import DPOOptimConfigLrSchedulerType
+from .environment_spec import EnvironmentSpec
+from .environment_spec_type import EnvironmentSpecType
 from .eval_config import EvalConfig
 from .eval_data_config import EvalDataConfig
 from .eval_data_config_truncation import EvalDataConfigTruncation
@@ -150,6 +152,7 @@ from .model_public import ModelPublic
 from .model_public_format import ModelPublicFormat
 from .model_public_kind import ModelPublicKind
 from .models_public import ModelsPublic
+from .multi_turn_config import MultiTurnConfig
 from .operation_error import OperationError
 from .optim_config import OptimConfig
 from .optim_config_lr_scheduler_type import OptimConfigLrSchedulerType
@@ -181,6 +184,9 @@ from .rollout_config import RolloutConfig
 from .rollout_config_mode import RolloutConfigMode
 from .rollout_config_name import RolloutConfigName
 from .rollout_config_partial import RolloutConfigPartial
+from .rollout_config_source import RolloutConfigSource
+from .rollout_config_trajectory_filter import RolloutConfigTrajectoryFilter
+from .rollout_config_weight_sync_type_0 import RolloutConfigWeightSyncType0
 from .rollout_correction_config import RolloutCorrectionConfig
 from .rollout_correction_config_rollout_is_type_0 import RolloutCorrectionConfigRolloutIsType0
 from .rollout_correction_config_rollout_rs_type_0 import RolloutCorrectionConfigRolloutRsType0
@@ -215,6 +221,13 @@ from .trainer_public_metadata import TrainerPublicMetadata
 from .trainer_public_status import TrainerPublicStatus
 from .trainer_resources import TrainerResources
 from .trainers_public import TrainersPublic
+from .trajectory_call_public import TrajectoryCallPublic
+from .trajectory_public import TrajectoryPublic
+from .trajectory_public_metadata import TrajectoryPublicMetadata
+from .trajectory_reward_create import TrajectoryRewardCreate
+from .trajectory_reward_create_metadata import TrajectoryRewardCreateMetadata
+from .trajectory_summary import TrajectorySummary
+from .trajectory_summary_metadata import TrajectorySummaryMetadata
 from .upload_file_file_upload import UploadFileFileUpload
 from .upload_file_file_upload_purpose import UploadFileFileUploadPurpose
 from .validate_grader_response_validate_grader import ValidateGraderResponseValidateGrader
@@ -279,6 +292,8 @@ __all__ = (
     "DPOMethod",
     "DPOOptimConfig",
     "DPOOptimConfigLrSchedulerType",
+    "EnvironmentSpec",
+    "EnvironmentSpecType",
     "EvalConfig",
     "EvalDataConfig",
     "EvalDataConfigTruncation",
@@ -385,6 +400,7 @@ __all__ = (
     "ModelPublicFormat",
     "ModelPublicKind",
     "ModelsPublic",
+    "MultiTurnConfig",
     "OperationError",
     "OptimConfig",
     "OptimConfigLrSchedulerType",
@@ -416,6 +432,9 @@ __all__ = (
     "RolloutConfigMode",
     "RolloutConfigName",
     "RolloutConfigPartial",
+    "RolloutConfigSource",
+    "RolloutConfigTrajectoryFilter",
+    "RolloutConfigWeightSyncType0",
     "RolloutCorrectionConfig",
     "RolloutCorrectionConfigRolloutIsType0",
     "RolloutCorrectionConfigRolloutRsType0",
@@ -450,6 +469,13 @@ __all__ = (
     "TrainerPublicStatus",
     "TrainerResources",
     "TrainersPublic",
+    "TrajectoryCallPublic",
+    "TrajectoryPublic",
+    "TrajectoryPublicMetadata",
+    "TrajectoryRewardCreate",
+    "TrajectoryRewardCreateMetadata",
+    "TrajectorySummary",
+    "TrajectorySummaryMetadata",
     "UploadFileFileUpload",
     "UploadFileFileUploadPurpose",
     "ValidateGraderResponseValidateGrader",

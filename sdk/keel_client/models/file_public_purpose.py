@@ -8,6 +8,7 @@ class FilePublicPurpose(StrEnum):
     PREFERENCE = "preference"
     PROMPTS = "prompts"
     SFT = "sft"
+    TRAJECTORIES = "trajectories"
 
     def __str__(self) -> str:
         return str(self.value)

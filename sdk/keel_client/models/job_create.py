@@ -32,9 +32,6 @@ class JobCreate:
             SFTMethod):
         model (str): A Keel model id (`model-...`) or checkpoint id (`ckpt-...`: its Hugging Face export) of this
             project, a hub id (`org/name`), or an absolute directory under one of the deployment's model roots.
-        training_file (str): A file of this project whose purpose fits the method: sft -> `sft`, reward_model,
-            rm_distill and dpo
-            -> `preference`, ppo and eval -> `prompts` (for eval: the prompts evaluated on).
         from_checkpoint (None | str | Unset): A checkpoint (of this project, same method) to continue training from.
         integrations (list[Integration] | Unset): Experiment trackers to mirror the job's metrics to (at most one of
             each type).
@@ -42,19 +39,24 @@ class JobCreate:
         resources (Resources | Unset): Where a job runs: data-parallel workers and what each gets.
         seed (int | Unset):  Default: 0.
         suffix (None | str | Unset): Up to 40 characters added to the output model's name.
+        training_file (None | str | Unset): A file of this project whose purpose fits the method: sft -> `sft`,
+            reward_model, rm_distill and dpo
+            -> `preference`, ppo and eval -> `prompts` (for eval: the prompts evaluated on). Required, except for
+            ppo with `rollout.source: trajectories`: left out, the job snapshots the project's scored trajectories
+            into a new file (purpose `trajectories`); given, it names such a snapshot to train on again.
         validation_file (None | str | Unset): Held-out rows with the same purpose; validation metrics appear as
             `val/...` (not for eval).
     """
 
     method: DistillPolicyMethod | DPOMethod | EvalMethod | PPOMethod | RewardModelMethod | RMDistillMethod | SFTMethod
     model: str
-    training_file: str
     from_checkpoint: None | str | Unset = UNSET
     integrations: list[Integration] | Unset = UNSET
     metadata: JobCreateMetadata | Unset = UNSET
     resources: Resources | Unset = UNSET
     seed: int | Unset = 0
     suffix: None | str | Unset = UNSET
+    training_file: None | str | Unset = UNSET
     validation_file: None | str | Unset = UNSET
 
     def to_dict(self) -> dict[str, Any]:
@@ -82,8 +84,6 @@ class JobCreate:
             method = self.method.to_dict()
 
         model = self.model
-
-        training_file = self.training_file
 
         from_checkpoint: None | str | Unset
         if isinstance(self.from_checkpoint, Unset):
@@ -114,6 +114,12 @@ class JobCreate:
         else:
             suffix = self.suffix
 
+        training_file: None | str | Unset
+        if isinstance(self.training_file, Unset):
+            training_file = UNSET
+        else:
+            training_file = self.training_file
+
         validation_file: None | str | Unset
         if isinstance(self.validation_file, Unset):
             validation_file = UNSET
@@ -126,7 +132,6 @@ class JobCreate:
             {
                 "method": method,
                 "model": model,
-                "training_file": training_file,
             }
         )
         if from_checkpoint is not UNSET:
@@ -141,6 +146,8 @@ class JobCreate:
             field_dict["seed"] = seed
         if suffix is not UNSET:
             field_dict["suffix"] = suffix
+        if training_file is not UNSET:
+            field_dict["training_file"] = training_file
         if validation_file is not UNSET:
             field_dict["validation_file"] = validation_file
 
@@ -222,8 +229,6 @@ class JobCreate:
 
         model = d.pop("model")
 
-        training_file = d.pop("training_file")
-
         def _parse_from_checkpoint(data: object) -> None | str | Unset:
             if data is None:
                 return data
@@ -267,6 +272,15 @@ class JobCreate:
 
         suffix = _parse_suffix(d.pop("suffix", UNSET))
 
+        def _parse_training_file(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        training_file = _parse_training_file(d.pop("training_file", UNSET))
+
         def _parse_validation_file(data: object) -> None | str | Unset:
             if data is None:
                 return data
@@ -279,13 +293,13 @@ class JobCreate:
         job_create = cls(
             method=method,
             model=model,
-            training_file=training_file,
             from_checkpoint=from_checkpoint,
             integrations=integrations,
             metadata=metadata,
             resources=resources,
             seed=seed,
             suffix=suffix,
+            training_file=training_file,
             validation_file=validation_file,
         )
 

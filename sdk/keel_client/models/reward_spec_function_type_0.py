@@ -2,6 +2,7 @@ from enum import StrEnum
 
 
 class RewardSpecFunctionType0(StrEnum):
+    CODE_TESTS = "code_tests"
     DATA_SOURCE = "data_source"
     EXACT_MATCH = "exact_match"
     GRADER = "grader"

@@ -1,0 +1,9 @@
+from enum import StrEnum
+
+
+class RolloutConfigSource(StrEnum):
+    GENERATE = "generate"
+    TRAJECTORIES = "trajectories"
+
+    def __str__(self) -> str:
+        return str(self.value)
