@@ -32,6 +32,9 @@ class EnvironmentContext:
     python_limits: Any = None
     """`engine.rewards.sandbox.Limits` of the `python` tool (None: the sandbox's defaults)."""
     seed: int = 0
+    tool_format: str = "hermes"
+    """How the model writes tool calls (`rollout.multi_turn.tool_format`): what the tools environment and the
+    arithmetic game parse."""
 
 
 def make_environment(spec: Mapping[str, Any], context: EnvironmentContext) -> Environment:

@@ -28,7 +28,7 @@ from typing import Any
 
 from engine.environments.base import EnvironmentFailure, Step
 from engine.environments.tool_calls import parse_tool_calls
-from engine.environments.tools import calculator_tool, run_calls
+from engine.environments.tools import calculator_tool, checked_format, run_calls
 from engine.errors import EngineError
 from engine.rollout.sampling import row_seed
 
@@ -89,6 +89,7 @@ class Arithmetic:
 
     def __init__(self, spec: Mapping[str, Any], context: Any) -> None:
         self.tools = {"calculator": calculator_tool}
+        self.tool_format = checked_format(context)
         self.answer: float | None = None
 
     def reset(self, row: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -99,7 +100,7 @@ class Arithmetic:
         return []
 
     def step(self, text: str) -> Step:
-        calls = parse_tool_calls(text)
+        calls = parse_tool_calls(text, self.tool_format)
         if calls:
             messages, errors = run_calls(calls, self.tools)
             return Step(messages=messages, tool_calls=len(calls), tool_errors=errors)

@@ -194,10 +194,7 @@ class ToolEnvironment:
     """One episode of built-in tool use (see the module doc)."""
 
     def __init__(self, spec: Mapping[str, Any], context: Any) -> None:
-        self.tool_format = spec.get("tool_format", "hermes")
-        if self.tool_format not in FORMATS:
-            raise EngineError(f"environment.tool_format must be one of {', '.join(FORMATS)}",
-                              code="invalid_environment", param="environment.tool_format")
+        self.tool_format = checked_format(context)
         entries = spec.get("tools", list(BUILT_INS))
         if not isinstance(entries, list | tuple) or not entries:
             raise EngineError("environment.tools must be a non-empty list", code="invalid_environment",
@@ -263,6 +260,15 @@ def _run_one(call: ToolCall, tools: Mapping[str, Callable[[Mapping[str, Any]], s
 
 def _cut(text: str) -> str:
     return text if len(text) <= MAX_OUTPUT_CHARS else "[cut]..." + text[-MAX_OUTPUT_CHARS:]
+
+
+def checked_format(context: Any) -> str:
+    """The context's tool-call format (`rollout.multi_turn.tool_format`), checked."""
+    tool_format = getattr(context, "tool_format", "hermes")
+    if tool_format not in FORMATS:
+        raise EngineError(f"rollout.multi_turn.tool_format must be one of {', '.join(FORMATS)}",
+                          code="invalid_config", param="rollout.multi_turn.tool_format")
+    return tool_format
 
 
 def _tool_name(entry: Any) -> str:

@@ -9,13 +9,12 @@ are trained: nothing is re-tokenized.
 The result per episode is everything after the prompt (assistant and observation tokens) with a loss
 mask: 1 on tokens the policy sampled, 0 on tokens the environment wrote.
 
-Incremental rendering (`ChatDelta`, as verl does with a base chat history): the tokens appended after an
-assistant turn are what the chat template writes between that turn's last sampled token and the next
-generation prompt. They are found by rendering a fixed base conversation that ends with an assistant
-turn, with and without the new messages (the second with the generation prompt), and taking the
-difference of the two texts; only that difference is tokenized (`add_special_tokens=False`). The text
-the template writes after an assistant's content (the demo template: `<|eos|>\n`; Qwen's:
-`<|im_end|>\n`) is handled by how the turn ended:
+Incremental rendering (`engine.rollout.chat_delta.ChatDelta`, as verl does with a base chat history):
+the tokens appended after an assistant turn are what the chat template writes between that turn's last
+sampled token and the next generation prompt, found by rendering a fixed base conversation that ends with
+an assistant turn with and without the new messages and tokenizing only the difference
+(`add_special_tokens=False`). The text the template writes after an assistant's content (the demo
+template: `<|eos|>\n`; Qwen's: `<|im_end|>\n`) depends on how the turn ended:
 - it ended with a sampled EOS: the rest of that text after the EOS token (`\n`) leads the delta;
 - it was cut at its token budget without EOS: the whole end-of-turn text is appended first, as the
   environment's tokens (loss mask 0: the policy did not choose to stop), then the new messages.
@@ -26,7 +25,9 @@ Sampling: each turn, every live episode of the batch generates in one `generate`
 with the episode's seed (a one-turn episode draws what a single-turn rollout would), turn `t` with
 `row_seed(seed, t)`. Episodes end on the environment's `done`, or are cut (`Episode.truncated`) by
 `max_turns`, by more than `max_tool_calls` calls, or when the token budget leaves no room for another
-sampled token after the next observation; then the last assistant turn is the final one.
+sampled token after the next observation; then the last assistant turn is the final one. The
+environments of a batch answer concurrently (`ENV_THREADS` at once: a remote server's round trip, the
+python tool's sandboxed process), each episode's calls in order.
 """
 
 from __future__ import annotations
@@ -35,12 +36,14 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.environments.base import Environment, EnvironmentFailure, Step
-from engine.environments.tool_calls import openai_tool_calls, parse_tool_calls
-from engine.errors import EngineError
+from engine.environments.tool_calls import FORMATS, openai_tool_calls, parse_tool_calls
+from engine.errors import ConfigError
+from engine.rollout.chat_delta import ChatDelta
 from engine.rollout.sampling import SamplingParams, row_seed
 
 log = logging.getLogger(__name__)
@@ -115,6 +118,9 @@ def run_episodes(generate: Any, tokenizer: Any, prompts: Sequence[Sequence[int]]
     count = len(prompts)
     if not count == len(conversations) == len(environments) == len(rows) == len(seeds):
         raise ValueError("run_episodes needs one conversation, environment, row and seed per prompt")
+    if limits.tool_format not in FORMATS:
+        raise ConfigError(f"rollout.multi_turn.tool_format must be one of {', '.join(FORMATS)}",
+                          param="rollout.multi_turn.tool_format")
     owner = getattr(generate, "__self__", generate)
     eos_ids = {int(e) for e in getattr(owner, "eos_token_ids", None) or ()}
     if tokenizer.eos_token_id is not None:
@@ -122,9 +128,13 @@ def run_episodes(generate: Any, tokenizer: Any, prompts: Sequence[Sequence[int]]
     delta = ChatDelta(tokenizer, eos_ids)
     budget = min(max_tokens, limits.max_episode_tokens) if limits.max_episode_tokens > 0 else max_tokens
     runs = [_Run(i, list(prompts[i]), environments[i], seeds[i], budget) for i in range(count)]
+    # Environments answer concurrently (a remote server's round trip, a sandboxed process's start-up):
+    # each run's calls stay in order, and all rendering and bookkeeping happen on this thread.
+    pool = ThreadPoolExecutor(max_workers=max(1, min(ENV_THREADS, count)), thread_name_prefix="episode-env")
     try:
-        for run in runs:
-            run.start(rows[run.index], _chat(conversations[run.index]), delta)
+        resets = list(pool.map(lambda run: run.call(run.env.reset, rows[run.index], list), runs))
+        for run, messages in zip(runs, resets):
+            run.start(messages, _chat(conversations[run.index]), delta)
         for turn in range(limits.max_turns):
             live = [run for run in runs if run.live]
             if not live:
@@ -133,18 +143,27 @@ def run_episodes(generate: Any, tokenizer: Any, prompts: Sequence[Sequence[int]]
             outputs = generate([run.ids for run in live], [_turn_seed(run.seed, turn) for run in live],
                                dataclasses.replace(params, max_new_tokens=max(caps)))
             log_probs = getattr(owner, "last_log_probs", None)
+            texts = []
             for j, (run, cap) in enumerate(zip(live, caps)):
                 sampled = list(outputs[j])[:cap]
                 lps = list(log_probs[j])[:cap] if log_probs is not None else []
-                run.turn(sampled, lps if len(lps) == len(sampled) else [0.0] * len(sampled), tokenizer, delta,
-                         limits)
+                texts.append(run.sampled(sampled, lps if len(lps) == len(sampled) else [0.0] * len(sampled),
+                                         tokenizer, limits.tool_format))
+            stepping = [(run, text) for run, text in zip(live, texts) if text is not None]
+            steps = list(pool.map(lambda pair: pair[0].call(pair[0].env.step, pair[1], Step), stepping))
+            for (run, _), step in zip(stepping, steps):
+                run.stepped(step, delta, limits)
         for run in runs:
             if run.live:  # still going after max_turns
                 run.stop(truncated=True)
     finally:
-        for run in runs:
-            run.close()
+        list(pool.map(lambda run: run.close(), runs))
+        pool.shutdown()
     return [run.finish() for run in runs]
+
+
+ENV_THREADS = 16
+"""Environments of one batch called at once, at most."""
 
 
 def _turn_seed(seed: int, turn: int) -> int:
@@ -166,42 +185,47 @@ class _Run:
         self.episode = Episode(response_ids=[], loss_mask=[], sampling_log_probs=[], turn_ends=[], turn_rewards=[],
                                prompt_ids=prompt)
         self.live = True
+        self.last_token = -1
 
     @property
     def room(self) -> int:
         return self.budget - len(self.episode.response_ids)
 
-    def start(self, row: Mapping[str, Any], conversation: list[dict[str, Any]], delta: ChatDelta) -> None:
-        messages = self._call(self.env.reset, row, list)
-        if messages is None:
-            return
+    def start(self, messages: list[dict[str, Any]] | None, conversation: list[dict[str, Any]],
+              delta: ChatDelta) -> None:
+        """After `reset`: its messages (a first observation) join the prompt."""
         if messages:
             self.ids = delta.prompt_with(self.ids, conversation, messages)
             self.episode.prompt_ids = self.ids
             self.episode.messages.extend(messages)
-        if self.room <= 0:
+        if self.live and self.room <= 0:
             self.stop(truncated=True)
 
-    def turn(self, sampled: list[int], log_probs: list[float], tokenizer: Any, delta: ChatDelta,
-             limits: MultiTurn) -> None:
+    def sampled(self, ids: list[int], log_probs: list[float], tokenizer: Any, tool_format: str) -> str | None:
+        """Record a turn's sampled tokens; its text for the environment (None: nothing to step)."""
         episode = self.episode
-        if not sampled:  # a backend that returned nothing: nothing to score or continue from
+        if not ids:  # a backend that returned nothing: nothing to score or continue from
             self.stop(truncated=True)
-            return
+            return None
         start = len(episode.response_ids)
-        self._append(sampled, 1, log_probs)
+        self._append(ids, 1, log_probs)
+        self.last_token = ids[-1]
         episode.turn_ends.append(len(episode.response_ids) - 1)
         episode.turn_rewards.append(0.0)
         episode.turns += 1
-        text = tokenizer.decode(sampled, skip_special_tokens=True)
+        text = tokenizer.decode(ids, skip_special_tokens=True)
         episode.final_text, episode.final_span = text, (start, len(episode.response_ids))
         message: dict[str, Any] = {"role": "assistant", "content": text}
-        calls = openai_tool_calls(parse_tool_calls(text, limits.tool_format))
+        calls = openai_tool_calls(parse_tool_calls(text, tool_format))
         if calls:  # for reading the transcript; `content` is what was sampled, markup included
             message["tool_calls"] = calls
         episode.messages.append(message)
-        step = self._call(self.env.step, text, Step)
-        if step is None:
+        return text
+
+    def stepped(self, step: Step | None, delta: ChatDelta, limits: MultiTurn) -> None:
+        """The environment's answer to the turn: end the episode, or append its messages' tokens."""
+        episode = self.episode
+        if step is None:  # the environment failed
             return
         episode.turn_rewards[-1] = float(step.reward) if step.reward is not None else 0.0
         episode.tool_calls += step.tool_calls
@@ -213,7 +237,7 @@ class _Run:
         if episode.turns >= limits.max_turns or episode.tool_calls > limits.max_tool_calls:
             self.stop(truncated=True)
             return
-        observation = delta.after_turn(sampled[-1], step.messages)
+        observation = delta.after_turn(self.last_token, step.messages)
         if len(observation) >= self.room:  # no room left for a single sampled token after it
             self.stop(truncated=True)
             return
@@ -226,7 +250,7 @@ class _Run:
         self.episode.sampling_log_probs.extend(float(x) for x in log_probs)
         self.ids = self.ids + ids
 
-    def _call(self, method: Any, argument: Any, answer_type: type) -> Any:
+    def call(self, method: Any, argument: Any, answer_type: type) -> Any:
         """The environment's answer, timed; None when it failed (the episode is then over)."""
         began = time.perf_counter()
         try:
@@ -267,64 +291,3 @@ class _Run:
         if self.episode.failed is not None:
             self.episode.loss_mask = [0] * len(self.episode.loss_mask)
         return self.episode
-
-
-_SENTINEL = "\x00keel-turn\x00"
-_BASE: list[dict[str, Any]] = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": _SENTINEL}]
-
-
-class ChatDelta:
-    """The chat template's incremental form: token ids of new messages after an assistant turn (see the
-    module doc), from one tokenizer's template."""
-
-    def __init__(self, tokenizer: Any, eos_ids: set[int]) -> None:
-        if not getattr(tokenizer, "chat_template", None):
-            raise EngineError("multi-turn episodes need a tokenizer with a chat template (to render the "
-                              "environment's messages)", code="invalid_model")
-        self.tokenizer = tokenizer
-        self.eos_ids = eos_ids
-        self.base = self.render(_BASE, generation_prompt=False)
-        at = self.base.rfind(_SENTINEL)
-        if at < 0:
-            raise EngineError("the chat template drops the assistant's content", code="invalid_model")
-        self.end_of_turn = self.base[at + len(_SENTINEL):]
-        """What the template writes after an assistant's content (the demo's `<|eos|>\\n`)."""
-
-    def render(self, messages: list[dict[str, Any]], *, generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
-
-    def closing(self, last_token: int) -> str:
-        """The end-of-turn text still to write after a turn whose last sampled token is `last_token`."""
-        if last_token in self.eos_ids:
-            eos_text = self.tokenizer.decode([last_token], skip_special_tokens=False)
-            at = self.end_of_turn.find(eos_text) if eos_text else -1
-            return self.end_of_turn[at + len(eos_text):] if at >= 0 else ""
-        return self.end_of_turn
-
-    def after_turn(self, last_token: int, messages: list[dict[str, Any]]) -> list[int]:
-        """Ids to append after a turn ending in `last_token`: the rest of its end-of-turn, `messages`, and
-        the next generation prompt."""
-        return self.encode(self.closing(last_token) + self.messages_text(_BASE, self.base, messages))
-
-    def messages_text(self, base: list[dict[str, Any]], base_text: str, messages: list[dict[str, Any]]) -> str:
-        full = self.render(base + list(messages), generation_prompt=True)
-        if not full.startswith(base_text):
-            raise EngineError("the chat template renders earlier messages differently once new ones follow: "
-                              "multi-turn episodes cannot extend it token by token", code="invalid_model")
-        return full[len(base_text):]
-
-    def prompt_with(self, prompt: list[int], conversation: list[dict[str, Any]],
-                    messages: list[dict[str, Any]]) -> list[int]:
-        """The prompt with an environment's first messages after the conversation and then the generation
-        prompt: the given prompt's ids are kept, its generation prompt (the template's, when the prompt ends
-        with exactly those ids) replaced by the messages' rendering; else the whole is rendered anew."""
-        if conversation:
-            plain = self.render(conversation, generation_prompt=False)
-            with_prompt = self.render(conversation, generation_prompt=True)
-            tail = self.encode(with_prompt[len(plain):]) if with_prompt.startswith(plain) else []
-            if tail and prompt[-len(tail):] == tail:
-                return prompt[:-len(tail)] + self.encode(self.messages_text(conversation, plain, messages))
-        return self.encode(self.render(conversation + list(messages), generation_prompt=True))

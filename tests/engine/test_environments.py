@@ -93,12 +93,19 @@ def test_declared_function_tools_are_answered_with_an_error_and_built_ins_run():
 
 @pytest.mark.parametrize("spec", [
     {"type": "tools", "tools": ["shell"]}, {"type": "tools", "tools": []}, {"type": "tools", "tools": [{"x": 1}]},
-    {"type": "tools", "tool_format": "xml"}, {"type": "echo_token", "words": []}, {"type": "nope"},
+    {"type": "echo_token", "words": []}, {"type": "echo_token", "words": "in"}, {"type": "nope"},
 ])
 def test_bad_specs_are_refused(spec):
     with pytest.raises(EngineError) as caught:
         make_environment(spec, CONTEXT)
     assert caught.value.code == "invalid_environment"
+
+
+def test_the_tool_format_comes_from_the_context():
+    for kind in ("tools", "arithmetic"):
+        with pytest.raises(EngineError) as caught:
+            make_environment({"type": kind}, EnvironmentContext(tool_format="xml"))
+        assert caught.value.param == "rollout.multi_turn.tool_format"
 
 
 # --- calculator -----------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ driven by the real HFRollout on the demo model."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -13,8 +14,10 @@ from engine.data import prompt_token_ids
 from engine.environments.base import EnvironmentFailure, Step
 from engine.environments.building import EnvironmentContext, make_environment
 from engine.environments.tool_calls import format_tool_call
+from engine.errors import ConfigError
 from engine.models import load_tokenizer
-from engine.rollout.episodes import ChatDelta, MultiTurn, run_episodes
+from engine.rollout.chat_delta import ChatDelta
+from engine.rollout.episodes import MultiTurn, run_episodes
 from engine.rollout.sampling import SamplingParams, row_seed
 
 PARAMS = SamplingParams(max_new_tokens=256)
@@ -257,6 +260,31 @@ def test_env_seconds_and_missing_log_probs(tokenizer):
                              log_probs=False)
     assert episode.env_seconds >= 0.1
     assert episode.sampling_log_probs == [0.0] * len(episode.response_ids)
+
+
+class Meeting(Counter):
+    """Steps only when every environment of the batch is stepping at the same time."""
+
+    def __init__(self, barrier):
+        super().__init__()
+        self.barrier = barrier
+
+    def step(self, text):
+        self.barrier.wait(timeout=10)
+        return super().step(text)
+
+
+def test_environments_of_a_batch_answer_concurrently(tokenizer):
+    barrier = threading.Barrier(4)
+    scripts = [[ids(tokenizer, "a")] * 2 for _ in range(4)]
+    episodes, _, _, _ = run(tokenizer, scripts, [Meeting(barrier) for _ in range(4)], limits=MultiTurn(max_turns=2))
+    assert [e.failed for e in episodes] == [None] * 4 and [e.turns for e in episodes] == [2] * 4
+
+
+def test_an_unknown_tool_format_is_refused(tokenizer):
+    with pytest.raises(ConfigError) as caught:
+        run(tokenizer, [[ids(tokenizer, "a")]], [Counter()], limits=MultiTurn(tool_format="xml"))
+    assert caught.value.param == "rollout.multi_turn.tool_format"
 
 
 class Greeter(Counter):

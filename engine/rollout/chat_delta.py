@@ -1,0 +1,85 @@
+"""The chat template's incremental form (`ChatDelta`): the token ids a template writes for new messages
+after an assistant turn, without re-rendering or re-tokenizing anything before them
+(`engine.rollout.episodes` explains where it is used).
+
+How (verl does the same with a base chat history): render a fixed base conversation that ends with an
+assistant turn, with and without the new messages (the second with the generation prompt), and take the
+difference of the two texts; only that difference is tokenized (`add_special_tokens=False`). What the
+template writes after an assistant's content (the demo template: `<|eos|>\n`; Qwen's: `<|im_end|>\n`)
+is split by how the turn ended:
+- it ended with a sampled EOS: the rest of that text after the EOS token (`\n`) leads the delta;
+- it was cut without EOS: the whole end-of-turn text leads it (the loop appends it as the environment's
+  tokens: the policy did not choose to stop).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.errors import EngineError
+
+_SENTINEL = "\x00keel-turn\x00"
+_BASE: list[dict[str, Any]] = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": _SENTINEL}]
+
+
+class ChatDelta:
+    """The chat template's incremental form: token ids of new messages after an assistant turn (see the
+    module doc), from one tokenizer's template."""
+
+    def __init__(self, tokenizer: Any, eos_ids: set[int]) -> None:
+        if not getattr(tokenizer, "chat_template", None):
+            raise EngineError("multi-turn episodes need a tokenizer with a chat template (to render the "
+                              "environment's messages)", code="invalid_model")
+        self.tokenizer = tokenizer
+        self.eos_ids = eos_ids
+        self.base = self.render(_BASE, generation_prompt=False)
+        at = self.base.rfind(_SENTINEL)
+        if at < 0:
+            raise EngineError("the chat template drops the assistant's content", code="invalid_model")
+        self.end_of_turn = self.base[at + len(_SENTINEL):]
+        """What the template writes after an assistant's content (the demo's `<|eos|>\\n`)."""
+
+    def render(self, messages: list[dict[str, Any]], *, generation_prompt: bool) -> str:
+        try:
+            return self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                      add_generation_prompt=generation_prompt)
+        except Exception as e:  # a template that refuses a role (no `tool` turns, roles must alternate)
+            roles = ", ".join(str(m.get("role")) for m in messages)
+            raise EngineError(f"the chat template cannot render the messages ({roles}): {e}",
+                              code="invalid_model") from e
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
+
+    def closing(self, last_token: int) -> str:
+        """The end-of-turn text still to write after a turn whose last sampled token is `last_token`."""
+        if last_token in self.eos_ids:
+            eos_text = self.tokenizer.decode([last_token], skip_special_tokens=False)
+            at = self.end_of_turn.find(eos_text) if eos_text else -1
+            return self.end_of_turn[at + len(eos_text):] if at >= 0 else ""
+        return self.end_of_turn
+
+    def after_turn(self, last_token: int, messages: list[dict[str, Any]]) -> list[int]:
+        """Ids to append after a turn ending in `last_token`: the rest of its end-of-turn, `messages`, and
+        the next generation prompt."""
+        return self.encode(self.closing(last_token) + self.messages_text(_BASE, self.base, messages))
+
+    def messages_text(self, base: list[dict[str, Any]], base_text: str, messages: list[dict[str, Any]]) -> str:
+        full = self.render(base + list(messages), generation_prompt=True)
+        if not full.startswith(base_text):
+            raise EngineError("the chat template renders earlier messages differently once new ones follow: "
+                              "multi-turn episodes cannot extend it token by token", code="invalid_model")
+        return full[len(base_text):]
+
+    def prompt_with(self, prompt: list[int], conversation: list[dict[str, Any]],
+                    messages: list[dict[str, Any]]) -> list[int]:
+        """The prompt with an environment's first messages after the conversation and then the generation
+        prompt: the given prompt's ids are kept, its generation prompt (the template's, when the prompt ends
+        with exactly those ids) replaced by the messages' rendering; else the whole is rendered anew."""
+        if conversation:
+            plain = self.render(conversation, generation_prompt=False)
+            with_prompt = self.render(conversation, generation_prompt=True)
+            tail = self.encode(with_prompt[len(plain):]) if with_prompt.startswith(plain) else []
+            if tail and prompt[-len(tail):] == tail:
+                return prompt[:-len(tail)] + self.encode(self.messages_text(conversation, plain, messages))
+        return self.encode(self.render(conversation + list(messages), generation_prompt=True))
