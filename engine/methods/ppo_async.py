@@ -42,6 +42,7 @@ from engine.methods import ppo_experience as experience
 from engine.methods.ppo_dispatch import RoleDispatch, prompt_meta
 from engine.rewards.code_tests import reward_metrics
 from engine.roles.batch import Batch, build_batch, concat, select, shard_rows
+from engine.roles.local import LocalRoleGroup
 from engine.rollout.sampling import row_seed
 
 
@@ -79,10 +80,14 @@ class RolloutPipeline:
         self.flights: dict[int, list[Segment]] = {}
         self.version = 0
         self.pushed: int | None = None
-        self.loads: list[tuple[float, list[Any]]] = []
+        self.loads: list[tuple[int, int | None, list[Any]]] = []
+        self.sync_s = 0.0
         self.busy: list[tuple[float, float]] = []
         self.wait_rollout = 0.0
         self.correct = bool(cfg.algorithm.rollout_correction.rollout_is or cfg.algorithm.rollout_correction.rollout_rs)
+        self.weight_sync = cfg.rollout.weight_sync
+        """How weights reach the rollout workers (`object_store` or `collective`; resolved at `start`)."""
+        self.broadcasts = 0
 
     # --- schedule ------------------------------------------------------------------------------
 
@@ -99,6 +104,8 @@ class RolloutPipeline:
         """Begin at `step` (the trainer holds version `step`) reading batch `consumed`; `recorded`:
         the batches a checkpoint held in flight."""
         self.version = step
+        if self.weight_sync is None or (self.weight_sync == "collective" and not self.broadcasts):
+            self._join(time.perf_counter() + self.cfg.guardrails.step_timeout_s)
         for key, segments in (recorded or {}).items():
             self.flights[int(key)] = [self._restore(int(key), s) for s in segments]
         self._fill(consumed)
@@ -110,13 +117,46 @@ class RolloutPipeline:
                 if seg.version is None and seg.target <= self.version:
                     self._submit(index, seg)
 
+    def _join(self, deadline: float) -> None:
+        """Resolve `rollout.weight_sync` (unset: `collective` on GPU, else `object_store`) and, for
+        `collective`, join the trainer's rank 0 and the rollout workers in a group of their own."""
+        actor = self.dispatch.roles["actor"]
+        if not self.separate:
+            self.weight_sync = "object_store"
+            return
+        local = isinstance(actor, LocalRoleGroup)  # one process, calls in turn: no group to join
+        if self.weight_sync is None:
+            device = "cpu" if local else self.dispatch.gather({"d": [actor.submit(0, "weight_broadcast", "device")]},
+                                                              deadline, "weight_sync", 0)["d"][0]
+            self.weight_sync = "collective" if device == "cuda" else "object_store"
+        if self.weight_sync != "collective":
+            return
+        if local:
+            raise ConfigError("rollout.weight_sync collective needs resources.executor ray (the in-process "
+                              "executor runs the trainer and the rollout worker in one process)",
+                              param="rollout.weight_sync")
+        endpoint = self.dispatch.gather({"e": [actor.submit(0, "rendezvous")]}, deadline, "weight_sync", 0)["e"][0]
+        world = 1 + len(self.group)
+        refs = [actor.submit(0, "weight_broadcast", "join", endpoint, world)]
+        refs += [self.group.submit(w, "join_weight_group", endpoint, 1 + w, world) for w in range(len(self.group))]
+        self.dispatch.gather({"join": refs}, deadline, "weight_sync", 0)
+
     def _push(self) -> None:
-        """The rollout workers load the trainer's current weights (queued ahead of what needs them)."""
+        """The rollout workers load the trainer's current weights (queued ahead of what needs them):
+        through the object store (each worker reads the exported tensors) or broadcast from the
+        trainer (`collective`: each worker stages them as they arrive, and applies them here in
+        order with its generations)."""
         if not self.separate or self.pushed == self.version:
             return
-        weights, meta = self.dispatch.roles["actor"].submit(0, "export_weights", num_returns=2)
-        self.loads.append((self.version, [meta] + [self.group.submit(w, "load_weights", weights)
-                                                   for w in range(len(self.group))]))
+        actor = self.dispatch.roles["actor"]
+        if self.weight_sync == "collective":
+            self.broadcasts += 1
+            meta = actor.submit(0, "weight_broadcast", "send")
+            loads = [self.group.submit(w, "load_broadcast", self.broadcasts) for w in range(len(self.group))]
+        else:
+            weights, meta = actor.submit(0, "export_weights", num_returns=2)
+            loads = [self.group.submit(w, "load_weights", weights) for w in range(len(self.group))]
+        self.loads.append((self.version, self.broadcasts if self.weight_sync == "collective" else None, [meta] + loads))
         self.pushed = self.version
 
     def _submit(self, index: int, seg: Segment) -> None:
@@ -157,8 +197,13 @@ class RolloutPipeline:
 
     def _check_loads(self, deadline: float, step: int) -> None:
         """Every rollout worker holds exactly the weights the trainer exported for its version."""
-        for version, refs in self.loads:
+        for version, seq, refs in self.loads:
             export, *loaded = self.dispatch.gather({"w": refs}, deadline, "weight_sync", step)["w"]
+            self.sync_s = max(self.sync_s, export["time_s"])
+            if seq is not None and export["seq"] != seq:  # the trainer's broadcasts and the driver's count differ
+                raise EngineError(f"weight sync check: the trainer sent broadcast {export['seq']} for version "
+                                  f"{version}, the rollout workers took broadcast {seq}", code="weight_sync_failed",
+                                  data={"version": version, "seq": seq, "sent": export["seq"]})
             for w, got in enumerate(loaded):
                 if got["fingerprint"] != export["fingerprint"]:
                     raise EngineError(
@@ -173,6 +218,7 @@ class RolloutPipeline:
         """Batch `index` as generated (rows in prompt-major order), each row's policy version, and
         the longest generation call's seconds; the wait for it counts as `timing_s/wait_rollout`."""
         start = time.perf_counter()
+        self.sync_s = 0.0
         self._fill(index)  # a rollback or resume may have left it unsubmitted
         segments = self.flights[index]
         for seg in segments:
@@ -250,6 +296,7 @@ class RolloutPipeline:
                 "timing_s/reward": max(o["time_s"] for o in out["scores"]),
                 **({"timing_s/values": max(o["time_s"] for o in out["values"])} if dispatch.use_critic else {}),
                 "rollout/staleness/mean": float(lags.mean()), "rollout/staleness/max": float(lags.max()),
+                **({"timing_s/weight_sync": self.sync_s} if self.separate else {}),
                 **reward_metrics(out["scores"]),  # code_tests' reward/timeouts, reward/errors
             },
         }

@@ -214,6 +214,12 @@ class ActorRollout(TrainableRole):
         meta = {"version": self.weights_version, "fingerprint": weights_fingerprint(self.model)}
         return {"state": state, **meta}, {**meta, "time_s": time.perf_counter() - start}
 
+    def weight_broadcast(self, verb: str, *args: Any) -> Any:
+        """`rollout.weight_sync: collective` (the trainer's side): `engine.runtime.weight_sync.trainer_verb`."""
+        from engine.runtime import weight_sync
+
+        return weight_sync.trainer_verb(self, verb, *args)
+
     # --- log-probs -----------------------------------------------------------------------------
 
     def _log_probs(self, batch: Batch) -> torch.Tensor:

@@ -2,7 +2,9 @@
 (`rollout.colocate: false`), fed the trainer's weights by version (`engine.methods.ppo_async`).
 
 Verbs: `generate` (as `ActorRollout.generate`, plus the wall-clock window it ran in, for the idle
-metrics) and `load_weights` (a version's trained tensors, from the Ray object store or in process).
+metrics), `load_weights` (a version's trained tensors, from the Ray object store or in process), and
+for `rollout.weight_sync: collective` `join_weight_group` and `load_broadcast` (a version the
+trainer broadcast, `engine.runtime.weight_sync`).
 The model is built as the actor's is (same `model` config, same precision), so its log-probs of the
 sampled tokens are the behaviour policy's that the actor's own backend would have reported.
 """
@@ -24,6 +26,7 @@ from engine.roles.batch import Batch, build_batch
 from engine.rollout.sampling import SamplingParams
 from engine.runtime.artifacts import Artifacts
 from engine.runtime.precision import Precision
+from engine.runtime.weight_sync import Receiver, WeightGroup
 
 
 class RolloutWorker(Role):
@@ -52,6 +55,21 @@ class RolloutWorker(Role):
                                       device=self.device)
         self.version = 0
         """The trainer's `weights_version` of the weights held (0: the ones loaded from `model_path`)."""
+        self.receiver: Receiver | None = None
+
+    def join_weight_group(self, endpoint: tuple[str, int], rank: int, world_size: int) -> str:
+        """Join the trainer's weight-sync group as `rank` (>= 1); returns the backend (gloo, nccl)."""
+        self.receiver = Receiver(WeightGroup(endpoint, rank, world_size, self.device), self.model)
+        return self.receiver.group.backend
+
+    def load_broadcast(self, seq: int) -> dict[str, Any]:
+        """Apply the trainer's broadcast number `seq` (waiting for it to arrive), as `load_weights`."""
+        start = time.perf_counter()
+        if self.receiver is None:
+            raise EngineError("weight sync: this rollout worker joined no weight-sync group", code="weight_sync_failed")
+        version, state = self.receiver.take(seq)
+        out = self.load_weights({"state": state, "version": version})
+        return {**out, "time_s": time.perf_counter() - start}
 
     def load_weights(self, weights: Mapping[str, Any]) -> dict[str, Any]:
         """Take `weights` (`ActorRollout.export_weights`): its tensors replace this copy's and its

@@ -67,10 +67,17 @@ def test_sync_on_a_rollout_worker_trains_exactly_as_colocated(sync_run, demo_ass
     assert [p["role"] for p in reporter.of("placement")[-1]["workers"] if p["role"] == "rollout"] == ["rollout"]
 
 
-def test_one_step_off_samples_from_the_previous_version_and_corrects_for_it(sync_run, demo_assets, ray_local,
-                                                                             tmp_path):
-    result, reporter = _run(demo_assets, tmp_path, {"colocate": False, "mode": "one_step_off"},
-                            extra={"algorithm": {"rollout_correction": {"rollout_is": "token"}}})
+ONE_STEP_OFF_EXTRA = {"algorithm": {"rollout_correction": {"rollout_is": "token"}}}
+
+
+@pytest.fixture(scope="module")
+def one_step_off_run(demo_assets, ray_local, tmp_path_factory):
+    return _run(demo_assets, tmp_path_factory.mktemp("one_step_off"), {"colocate": False, "mode": "one_step_off"},
+                extra=ONE_STEP_OFF_EXTRA)
+
+
+def test_one_step_off_samples_from_the_previous_version_and_corrects_for_it(sync_run, one_step_off_run):
+    result, reporter = one_step_off_run
     for name in PIPELINE_METRICS:
         assert len(reporter.series(name)) == 4, name
     assert reporter.series("rollout/staleness/max") == [0.0, 1.0, 1.0, 1.0]
@@ -100,7 +107,8 @@ def test_colocated_one_step_off_queues_the_next_generation_on_the_actor(sync_run
     assert "rollout" not in {p["role"] for p in reporter.of("placement")[-1]["workers"]}
 
 
-def test_a_weight_sync_that_delivers_other_weights_fails(demo_assets, ray_local, tmp_path):
+@pytest.mark.parametrize("weight_sync", ["object_store", "collective"])
+def test_a_weight_sync_that_delivers_other_weights_fails(demo_assets, ray_local, tmp_path, weight_sync):
     """A rollout worker whose engine ends up holding other weights than it was sent (a bad copy)."""
     def corrupt(worker):
         sync = worker.rollout.sync_weights
@@ -118,11 +126,57 @@ def test_a_weight_sync_that_delivers_other_weights_fails(demo_assets, ray_local,
     PPOTrainer.fault_hook = staticmethod(hook)
     try:
         with pytest.raises(EngineError) as err:
-            _run(demo_assets, tmp_path, {"colocate": False, "mode": "one_step_off"}, steps=3)
+            _run(demo_assets, tmp_path, {"colocate": False, "mode": "one_step_off", "weight_sync": weight_sync},
+                 steps=3)
     finally:
         PPOTrainer.fault_hook = None
     assert err.value.code == "weight_sync_failed"
     assert err.value.data["version"] == 1
+
+
+def test_collective_weight_sync_gives_every_step_the_trainers_weights(sync_run, demo_assets, ray_local, tmp_path):
+    """`rollout.weight_sync: collective` on CPU: the trainer and the rollout worker (two Ray actors)
+    join a gloo group on loopback and each version is broadcast. Before every update the rollout
+    worker holds the trainer's version and fingerprint, having received one broadcast per version,
+    and the run is the colocated one to the bit."""
+    seen = []
+
+    def held(worker):  # closures: Ray pickles them by value (the test module is not importable there)
+        return {"version": worker.version, "fingerprint": worker.rollout.fingerprint,
+                "received": worker.receiver.received if worker.receiver is not None else 0}
+
+    def trained(actor):
+        from engine.rollout.sampling import weights_fingerprint
+        return {"version": actor.weights_version, "fingerprint": weights_fingerprint(actor.model)}
+
+    def hook(trainer, step):
+        roles, deadline = trainer.roles, time.perf_counter() + 60
+        got = trainer.dispatch.gather({"r": [roles["rollout"].submit(0, "apply", held)],
+                                       "a": [roles["actor"].submit(0, "apply", trained)]}, deadline, "test", step)
+        seen.append((step, got["r"][0], got["a"][0]))
+    PPOTrainer.fault_hook = staticmethod(hook)
+    try:
+        result, reporter = _run(demo_assets, tmp_path, {"colocate": False, "weight_sync": "collective"})
+    finally:
+        PPOTrainer.fault_hook = None
+    assert [s for s, _, _ in seen] == [1, 2, 3, 4]
+    for step, held, trained in seen:
+        assert held["received"] == step  # versions 0..step-1, one broadcast each
+        assert (held["version"], held["fingerprint"]) == (trained["version"], trained["fingerprint"]) == \
+            (step - 1, held["fingerprint"])
+    assert len({held["fingerprint"] for _, held, _ in seen}) == 4
+    assert all(t >= 0.0 for t in reporter.series("timing_s/weight_sync"))
+    assert_same_weights(weights(result.output_dir), weights(sync_run[0].output_dir))
+    assert reporter.series("critic/score/mean") == sync_run[1].series("critic/score/mean")
+
+
+def test_collective_one_step_off_is_the_object_store_run_to_the_bit(one_step_off_run, demo_assets, ray_local,
+                                                                    tmp_path):
+    result, reporter = _run(demo_assets, tmp_path, {"colocate": False, "mode": "one_step_off",
+                                                     "weight_sync": "collective"}, extra=ONE_STEP_OFF_EXTRA)
+    assert reporter.series("rollout/staleness/max") == [0.0, 1.0, 1.0, 1.0]
+    assert reporter.series("critic/score/mean") == one_step_off_run[1].series("critic/score/mean")
+    assert_same_weights(weights(result.output_dir), weights(one_step_off_run[0].output_dir))
 
 
 @pytest.mark.parametrize("rollout", [{"colocate": False, "mode": "one_step_off"},
