@@ -9,11 +9,12 @@ Spec (`environment` on a job or a row):
      "action_args": {},             # further fields of every action
      "observation_field": "prompt", # the observation's field that becomes the next message
      "observation_role": "user",    # or "tool"
-     "reset_fields": ["ground_truth"], "reset_args": {},  # what `reset` sends: row fields, fixed values
+     "reset_fields": {"target": "ground_truth"}, "reset_args": {},  # what `reset` sends: row fields, values
      "timeout_s": 30, "retries": 2}
 
 An episode holds one WebSocket session (`/ws`: its own environment instance on the server), taken from the
-worker's pool and handed back when the episode ends cleanly. `reset` sends the named row fields plus
+worker's pool and handed back when the episode ends cleanly. `reset` sends the named row fields (a list
+sends them under their own names; an object maps the server's argument to the row field) plus
 `reset_args`; the observation (if any text) becomes the first user message. Each assistant turn is a step
 with `{action_field: text, **action_args}`; the observation becomes the next message (role
 `observation_role`), a reward on a step that is not the last is that turn's reward, and on the last (`done`)
@@ -59,7 +60,8 @@ class OpenEnvSpec:
     action_args: dict[str, Any] = field(default_factory=dict)
     observation_field: str | None = None
     observation_role: str = "user"
-    reset_fields: tuple[str, ...] = ()
+    reset_fields: tuple[tuple[str, str], ...] = ()
+    """(argument of the server's reset, row field) pairs."""
     reset_args: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = 30.0
     retries: int = 2
@@ -81,8 +83,10 @@ class OpenEnvSpec:
             if not isinstance(spec.get(name, {}), Mapping):
                 _bad(name, "must be an object")
         fields = spec.get("reset_fields", [])
-        if not isinstance(fields, list | tuple) or not all(isinstance(f, str) for f in fields):
-            _bad("reset_fields", "must be a list of row field names")
+        if isinstance(fields, list | tuple):
+            fields = {f: f for f in fields}
+        if not isinstance(fields, Mapping) or not all(isinstance(f, str) and f for f in (*fields, *fields.values())):
+            _bad("reset_fields", "must be a list of row field names, or an object of reset argument: row field")
         timeout_s, retries = spec.get("timeout_s", 30.0), spec.get("retries", 2)
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not 0 < timeout_s <= 600:
             _bad("timeout_s", "must be a number of seconds in (0, 600]")
@@ -94,7 +98,7 @@ class OpenEnvSpec:
             _bad("observation_role", "must be user or tool")
         return cls(url=url, transport=spec.get("transport", "websocket"), action_field=spec.get("action_field"),
                    action_args=dict(spec.get("action_args", {})), observation_field=spec.get("observation_field"),
-                   observation_role=spec.get("observation_role", "user"), reset_fields=tuple(fields),
+                   observation_role=spec.get("observation_role", "user"), reset_fields=tuple(fields.items()),
                    reset_args=dict(spec.get("reset_args", {})), timeout_s=float(timeout_s), retries=retries)
 
 
@@ -110,7 +114,7 @@ class OpenEnvEnvironment:
         """Whether the session may serve another episode (the last answer came back whole)."""
 
     def reset(self, row: Mapping[str, Any]) -> list[dict[str, Any]]:
-        data = {name: row[name] for name in self.spec.reset_fields if name in row}
+        data = {name: row[column] for name, column in self.spec.reset_fields if row.get(column) is not None}
         data.update(self.spec.reset_args)
         self._action_field = self.spec.action_field or action_field(POOL.schema(self.server, self.spec.retries))
         if self.spec.transport == "http":

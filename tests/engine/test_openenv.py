@@ -54,6 +54,10 @@ def test_the_spec_fields_reach_the_server(server):
     assert (last.done, last.final_reward) == (True, 0.0)
     fixed.close()
 
+    mapped = env(server, reset_fields={"target": "ground_truth"})  # the server's argument: the row's field
+    assert mapped.reset({"ground_truth": "fox", "target": "no"}) == [{"role": "user", "content": "Say fox."}]
+    mapped.close()
+
     as_tool = env(server, observation_role="tool")
     as_tool.reset({})
     assert as_tool.step("no").messages == [{"role": "tool", "content": "No. Say yes."}]
