@@ -7,9 +7,10 @@ assistant turn, with and without the new messages (the second with the generatio
 difference of the two texts; only that difference is tokenized (`add_special_tokens=False`). What the
 template writes after an assistant's content (the demo template: `<|eos|>\n`; Qwen's: `<|im_end|>\n`)
 is split by how the turn ended:
-- it ended with a sampled EOS: the rest of that text after the EOS token (`\n`) leads the delta;
-- it was cut without EOS: the whole end-of-turn text leads it (the loop appends it as the environment's
-  tokens: the policy did not choose to stop).
+- its last sampled token is how that text begins (the EOS, or another special token such as `<|im_end|>`):
+  the rest of the text after it (`\n`) leads the delta;
+- it was cut without one (or stopped at an EOS the template does not write there): the whole end-of-turn
+  text leads it (the loop appends it as the environment's tokens: the policy did not choose to stop).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class ChatDelta:
                               "environment's messages)", code="invalid_model")
         self.tokenizer = tokenizer
         self.eos_ids = eos_ids
+        self.special_ids = set(getattr(tokenizer, "all_special_ids", None) or ())
         self.base = self.render(_BASE, generation_prompt=False)
         at = self.base.rfind(_SENTINEL)
         if at < 0:
@@ -52,11 +54,13 @@ class ChatDelta:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
 
     def closing(self, last_token: int) -> str:
-        """The end-of-turn text still to write after a turn whose last sampled token is `last_token`."""
-        if last_token in self.eos_ids:
-            eos_text = self.tokenizer.decode([last_token], skip_special_tokens=False)
-            at = self.end_of_turn.find(eos_text) if eos_text else -1
-            return self.end_of_turn[at + len(eos_text):] if at >= 0 else ""
+        """The end-of-turn text still to write after a turn whose last sampled token is `last_token`: the
+        rest after it when that token (an EOS, or another special token such as Qwen's `<|im_end|>` when the
+        tokenizer's EOS is `<|endoftext|>`) is how the template's end-of-turn text begins; else all of it."""
+        if last_token in self.eos_ids or last_token in self.special_ids:
+            text = self.tokenizer.decode([last_token], skip_special_tokens=False)
+            if text and self.end_of_turn.startswith(text):
+                return self.end_of_turn[len(text):]
         return self.end_of_turn
 
     def after_turn(self, last_token: int, messages: list[dict[str, Any]]) -> list[int]:

@@ -166,6 +166,11 @@ def test_observation_tokens_come_from_the_template_delta_alone(tokenizer):
     assert delta.after_turn(tokenizer.eos_token_id, message) == ids(tokenizer, "\nTool: 7\nAssistant:\n", eos=False)
     assert delta.after_turn(5, message) == [tokenizer.eos_token_id] + ids(tokenizer, "\nTool: 7\nAssistant:\n",
                                                                           eos=False)
+    # A backend that names no EOS: the special token the end of turn begins with is still recognised; a
+    # special token that is not how the template ends a turn (BOS) is closed like a cut turn.
+    bare = ChatDelta(tokenizer, set())
+    assert bare.closing(tokenizer.eos_token_id) == "\n"
+    assert bare.closing(tokenizer.bos_token_id) == "<|eos|>\n" == bare.closing(5)
 
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ 'user' if m['role'] == 'tool' else m['role'] }}\n"
