@@ -44,7 +44,6 @@ from urllib.parse import urlsplit
 from websockets.sync.client import ClientConnection
 
 from engine.environments.base import EnvironmentFailure, Step
-from engine.environments.building import EnvironmentContext
 from engine.environments.openenv_client import POOL, Server, exchange, with_retries
 from engine.errors import ConfigError
 
@@ -105,7 +104,8 @@ class OpenEnvSpec:
 class OpenEnvEnvironment:
     """One episode on an OpenEnv server (see the module doc)."""
 
-    def __init__(self, spec: Mapping[str, Any], context: EnvironmentContext) -> None:
+    def __init__(self, spec: Mapping[str, Any], context: Any) -> None:
+        """`context`: the worker's `engine.environments.building.EnvironmentContext` (its `allowed_hosts`)."""
         self.spec = OpenEnvSpec.parse(spec)
         self.server = Server(self.spec.url, tuple(context.allowed_hosts), self.spec.timeout_s)
         self._session: ClientConnection | None = None
