@@ -58,8 +58,24 @@ def build_config(cls: type, data: dict[str, Any] | None, prefix: str = "") -> An
         else:
             kwargs[key] = _coerce(value, hint, path)
     config = cls(**kwargs)
+    if isinstance(config, PPOConfig):
+        config = _default_rollout_correction(config, data)
     _check(config, prefix)
     return config
+
+
+def _default_rollout_correction(config: PPOConfig, data: dict[str, Any]) -> PPOConfig:
+    """Stale samples (`rollout.mode` one_step_off or async) default to truncated importance sampling
+    per token (`algorithm.rollout_correction.rollout_is: token`): PPO's ratio and clip are then taken
+    against the trainer's policy and the capped weight pi_old / pi_behaviour corrects for the sampling
+    one; clipped against a policy two versions old, the update drops tokens and learns less per step
+    (docs/async-rollout.md). Only when the job sets neither `rollout_is` nor `rollout_rs` (an explicit
+    null keeps it off)."""
+    given = (data.get("algorithm") or {}).get("rollout_correction") or {}
+    if config.rollout.staleness == 0 or "rollout_is" in given or "rollout_rs" in given:
+        return config
+    corr = dataclasses.replace(config.algorithm.rollout_correction, rollout_is="token")
+    return dataclasses.replace(config, algorithm=dataclasses.replace(config.algorithm, rollout_correction=corr))
 
 
 def _coerce(value: Any, hint: Any, path: str) -> Any:

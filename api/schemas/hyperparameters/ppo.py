@@ -208,7 +208,9 @@ class RolloutCorrectionConfig(Strict):
 
     rollout_is: Literal["token", "sequence"] | None = None
     """Truncated importance sampling (TIS): each token (`token`) or each sequence (`sequence`, the
-    product over its tokens) weighted by the ratio, capped at `rollout_is_threshold` (None: off)."""
+    product over its tokens) weighted by the ratio, capped at `rollout_is_threshold` (None: off).
+    Unset, with neither it nor `rollout_rs` given and `rollout.mode` one_step_off or async: `token`
+    (stale samples; an explicit null keeps it off)."""
     rollout_is_threshold: Annotated[float, Field(gt=0.0, le=1e6)] = 2.0
     """Upper cap of the importance weights."""
     rollout_rs: Literal["token", "sequence"] | None = None
