@@ -34,9 +34,11 @@ def episode_rows(training: File) -> int | None:
     return None if "environment" in (training.columns or []) else 0
 
 
-def multi_turn(spec: ReinforcementSpec, training: File, rows: int) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+def multi_turn(spec: ReinforcementSpec, training: File, rows: int, validation: File | None = None
+               ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """(the Keel job's `rollout.multi_turn`, or None for single-turn responses; the Keel method's extra fields:
-    `environment` when given). A file whose rows partly carry tools needs `environment` for the others."""
+    `environment` when given). A file whose rows partly carry tools needs `environment` for the others, and so
+    does a validation file of an agentic job (its rows run as episodes too)."""
     with_env = episode_rows(training)
     given = spec.hyperparameters.multi_turn
     environment = spec.environment.model_dump(mode="json") if spec.environment is not None else None
@@ -58,4 +60,9 @@ def multi_turn(spec: ReinforcementSpec, training: File, rows: int) -> tuple[dict
     limits["enable"] = given.enable if given is not None and "enable" in given.model_fields_set else True
     if not limits["enable"]:
         return None, {}
+    checked = episode_rows(validation) if validation is not None and environment is None else None
+    if checked is not None and checked < (validation.rows or 0):
+        raise ApiError(400, "invalid_request", f"validation_file: {checked} of {validation.rows} rows carry `tools`; "
+                       "a multi-turn job runs its validation rows as episodes too: give every row tools, or the "
+                       "others an environment (method.reinforcement.environment).", param="validation_file")
     return limits, ({"environment": environment} if environment is not None else {})

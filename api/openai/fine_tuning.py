@@ -104,7 +104,7 @@ def create_fine_tuning_job(raw: dict[str, Any], project: CurrentProject, caller:
     source, training = _derived_file(db, project.id, body.training_file, kind, "training_file")
     validation = (_derived_file(db, project.id, body.validation_file, kind, "validation_file")[1]
                   if body.validation_file else None)
-    keel_method, public_method = _keel_method(db, body, source, training)
+    keel_method, public_method = _keel_method(db, body, source, training, validation)
     try:
         keel_body = JobCreate.model_validate({
             "model": body.model, "training_file": training.id,

@@ -114,8 +114,8 @@ def trained_rows(rows: int, kind: str, validation: bool) -> int:
     return rows - max(1, int(rows * HOLDOUT_FRACTION))
 
 
-def _keel_method(db: Session, body: FineTuningJobCreate, source: File, training: File
-                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+def _keel_method(db: Session, body: FineTuningJobCreate, source: File, training: File,
+                 validation: File | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(Keel method, OpenAI method with the resolved hyperparameters)."""
     method = body.method
     kind = method.type
@@ -161,7 +161,7 @@ def _keel_method(db: Session, body: FineTuningJobCreate, source: File, training:
                         eval_samples=_auto(hp.eval_samples, 1), reasoning_effort=hp.reasoning_effort)
         trainer["test_freq"] = interval
         rollout: dict[str, Any] = {"n": group}
-        episodes, extra = agentic.multi_turn(spec, training, rows)
+        episodes, extra = agentic.multi_turn(spec, training, rows, validation)
         if episodes is not None:  # rows with tools (or an environment): multi-turn episodes
             rollout["multi_turn"] = resolved["multi_turn"] = episodes
         keel = {"type": "ppo", "reward": {"function": "grader", "options": {"grader": text}}, **extra,

@@ -65,6 +65,11 @@ def test_an_environment_serves_rows_without_tools(oai, tmp_path, demo_assets):
     with pytest.raises(openai.BadRequestError) as err:  # the row without tools would have no environment
         oai.fine_tuning.jobs.create(model=demo_assets["model"], training_file=mixed.id, method=_method())
     assert err.value.param == "training_file" and "1 of 2 rows" in err.value.message
+    agentic = oai.files.create(file=jsonl(tmp_path, "tools.jsonl", ROWS).open("rb"), purpose="fine-tune")
+    with pytest.raises(openai.BadRequestError) as err:  # validation rows run as episodes too
+        oai.fine_tuning.jobs.create(model=demo_assets["model"], training_file=agentic.id, validation_file=mixed.id,
+                                    method=_method())
+    assert err.value.param == "validation_file" and "1 of 2 rows" in err.value.message
 
 
 @pytest.mark.parametrize(("tools", "param"), [
