@@ -16,7 +16,6 @@ more than those passes (each epoch reshuffles the groups with `data.shuffle`).
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import torch
@@ -109,7 +108,6 @@ def collect(trainer: TrajectoryPPOTrainer, step_groups: list[list[TrajectorySamp
     if dispatch.use_critic:
         passes.append(("values", roles["critic"], "compute_values", "critic"))
     shards, _ = shard_rows(len(samples), dispatch.num_mini_batches, dispatch.num_workers)
-    start = time.perf_counter()
     for w, rows in enumerate(shards):
         if not rows:  # fsdp2 roles: still join each pass's collective unshard
             refs["idle"] += dispatch.idle(w, [name for *_, name in passes])
@@ -134,7 +132,9 @@ def collect(trainer: TrajectoryPPOTrainer, step_groups: list[list[TrajectorySamp
         "overlong": overlong, "uids": [i for i, g in enumerate(step_groups) for _ in g],
         "prompts": [_prompt(trainer.tokenizer, s) for s in samples], "new_rows": len(samples), "replayed": 0,
         "timing": {
-            "timing_s/gen": 0.0, "timing_s/log_probs": time.perf_counter() - start,
+            "timing_s/snapshot": max((o["time_s"] for o in out["snapshot"]), default=0.0),
+            **{f"timing_s/{name}": max(o["time_s"] for o in out[kind])
+               for kind, name in (("old", "old_log_prob"), ("ref", "ref"), ("values", "values")) if out[kind]},
             # What the step trained on, checkable against the recorded calls (docs/trajectories.md).
             "trajectories/samples": float(len(samples)),
             "trajectories/groups": float(len(step_groups)),
