@@ -66,14 +66,24 @@ class ChatDelta:
     def after_turn(self, last_token: int, messages: list[dict[str, Any]]) -> list[int]:
         """Ids to append after a turn ending in `last_token`: the rest of its end-of-turn, `messages`, and
         the next generation prompt."""
-        return self.encode(self.closing(last_token) + self.messages_text(_BASE, self.base, messages))
+        return self.encode(self.closing(last_token) + self.messages_text(messages))
 
-    def messages_text(self, base: list[dict[str, Any]], base_text: str, messages: list[dict[str, Any]]) -> str:
-        full = self.render(base + list(messages), generation_prompt=True)
-        if not full.startswith(base_text):
+    def messages_text(self, messages: list[dict[str, Any]]) -> str:
+        """`messages` and the generation prompt as the template writes them after an assistant turn's end.
+        Rendered after the base conversation that ends with an assistant turn; a template that renders that
+        turn differently once messages follow it (Qwen3 drops the empty `<think>` block of an assistant turn
+        that is no longer the last) is continued from the base's user message alone instead."""
+        text = self._difference(_BASE, self.base, messages)
+        if text is None:
+            text = self._difference(_BASE[:1], self.render(_BASE[:1], generation_prompt=False), messages)
+        if text is None:
             raise EngineError("the chat template renders earlier messages differently once new ones follow: "
                               "multi-turn episodes cannot extend it token by token", code="invalid_model")
-        return full[len(base_text):]
+        return text
+
+    def _difference(self, base: list[dict[str, Any]], base_text: str, messages: list[dict[str, Any]]) -> str | None:
+        full = self.render(base + list(messages), generation_prompt=True)
+        return full[len(base_text):] if full.startswith(base_text) else None
 
     def prompt_with(self, prompt: list[int], conversation: list[dict[str, Any]],
                     messages: list[dict[str, Any]]) -> list[int]:
@@ -84,6 +94,7 @@ class ChatDelta:
             plain = self.render(conversation, generation_prompt=False)
             with_prompt = self.render(conversation, generation_prompt=True)
             tail = self.encode(with_prompt[len(plain):]) if with_prompt.startswith(plain) else []
-            if tail and prompt[-len(tail):] == tail:
-                return prompt[:-len(tail)] + self.encode(self.messages_text(conversation, plain, messages))
+            text = self._difference(conversation, plain, messages)
+            if tail and prompt[-len(tail):] == tail and text is not None:
+                return prompt[:-len(tail)] + self.encode(text)
         return self.encode(self.render(conversation + list(messages), generation_prompt=True))

@@ -198,6 +198,26 @@ def test_another_template_has_no_drift_either(demo_assets):
     assert tokenizer.apply_chat_template(transcript, tokenize=False) == tokenizer.decode(full) + "\n\n"
 
 
+THINKING = CHATML.replace("{% else %}{{ m['content'] }}", "{% else %}{% if m['role'] == 'assistant' and loop.last %}"
+                          "<think>\n\n</think>\n\n{% endif %}{{ m['content'] }}")
+"""Qwen3's shape: an assistant turn that is the last message carries an empty think block, which it loses
+once another message follows (re-rendering the transcript would change earlier tokens)."""
+
+
+def test_a_template_that_rewrites_the_last_assistant_turn_is_continued_from_a_user_base(demo_assets):
+    tokenizer = load_tokenizer(demo_assets["model"])
+    tokenizer.chat_template = THINKING
+    call = format_tool_call("calculator", {"expression": "2 * 21"})
+    scripts = [[ids(tokenizer, call), ids(tokenizer, "42")]]
+    env = make_environment({"type": "tools", "tools": ["calculator"]}, EnvironmentContext())
+    [episode], backend, prompts, _ = run(tokenizer, scripts, [env])
+    assert episode.turns == 2 and episode.failed is None
+    assert backend.calls[1]["prompts"][0] == prompts[0] + scripts[0][0] + ids(
+        tokenizer, "\n\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|eos|>\n\n<|im_start|>assistant\n",
+        eos=False)
+    assert episode.prompt_ids + episode.response_ids == backend.calls[1]["prompts"][0] + scripts[0][1]
+
+
 def test_per_turn_rewards_land_on_turn_ends_and_max_turns_truncates(tokenizer):
     scripts = [[ids(tokenizer, f"turn {t}") for t in range(5)]]
     env = Counter(reward=0.5)
