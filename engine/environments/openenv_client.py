@@ -80,8 +80,8 @@ class Server:
         self.key = (self.url, self.allowed)
         self.timeout_s = timeout_s
 
-    def address(self) -> str:
-        """The address to connect to: any the host resolves to when allow-listed, else only public ones."""
+    def addresses(self) -> list[str]:
+        """The addresses to connect to: any the host resolves to when allow-listed, else only public ones."""
         try:
             infos = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
         except (OSError, UnicodeError) as exc:
@@ -93,17 +93,21 @@ class Server:
                     raise EnvironmentFailure(
                         f"host {self.host!r} resolves to a non-public address ({address}); the deployment "
                         "allows public addresses only, or hosts in KEEL_ENV_ALLOWED_HOSTS")
-        return addresses[0]
+        return list(dict.fromkeys(addresses))
 
     def open_session(self) -> ClientConnection:
         """A new WebSocket session (`/ws`) on the checked address."""
-        address = self.address()
         ws_url = urlunsplit(("wss" if self.scheme == "https" else "ws", self._netloc(self.host),
                              f"{self.path}/ws", "", ""))
-        try:
-            sock = socket.create_connection((address, self.port), timeout=self.timeout_s)
-        except OSError as exc:
-            raise Retryable(f"cannot connect to {self.url}: {_brief(exc)}") from exc
+        sock, error = None, None
+        for address in self.addresses():  # in the resolver's order, as socket.create_connection tries them
+            try:
+                sock = socket.create_connection((address, self.port), timeout=self.timeout_s)
+                break
+            except OSError as exc:
+                error = exc
+        if sock is None:
+            raise Retryable(f"cannot connect to {self.url}: {_brief(error or OSError())}")
         try:
             return connect(ws_url, sock=sock, ssl=ssl.create_default_context() if self.scheme == "https" else None,
                            server_hostname=self.host if self.scheme == "https" else None, proxy=None,
@@ -115,7 +119,7 @@ class Server:
 
     def http(self, client: httpx.Client, method: str, route: str, body: Any = None) -> Any:
         """One HTTP call to `route` on the checked address; the answer's JSON."""
-        address = self.address()
+        address = self.addresses()[0]
         pinned = self._netloc(f"[{address}]" if ":" in address else address)
         url = urlunsplit((self.scheme, pinned, f"{self.path}{route}", "", ""))
         extensions = {"sni_hostname": self.host} if self.scheme == "https" else {}
