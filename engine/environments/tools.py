@@ -155,6 +155,7 @@ def grade(sample, item):
 """The sandbox grades with `grade(sample, item)` and reports a number or an error's text: the tool's output
 travels back as that text (a JSON object in the `ToolResult` it raises), so the sandbox needs no change."""
 _RESULT_PREFIX = "ToolResult: "
+_CUT_NOTE = "[output cut to its end]\n"
 
 
 class PythonTool:
@@ -173,7 +174,8 @@ class PythonTool:
         code = arguments.get("code")
         if not isinstance(code, str) or set(arguments) - {"code"}:
             raise ToolError('python takes {"code": "<Python source; print what you want to see>"}')
-        [outcome] = run_python(_RUNNER % {"keep": MAX_OUTPUT_CHARS}, [{"code": code}], [{}], self.limits)
+        [outcome] = run_python(_RUNNER % {"keep": MAX_OUTPUT_CHARS - len(_CUT_NOTE)}, [{"code": code}], [{}],
+                               self.limits)
         error = outcome.error or ""
         if not error.startswith(_RESULT_PREFIX):  # killed (time, memory) or the sandbox failed to start
             raise ToolError(error.replace("the grader process", "the code").replace("grader", "sandbox")
@@ -182,7 +184,7 @@ class PythonTool:
             result, _ = json.JSONDecoder().raw_decode(error[len(_RESULT_PREFIX):])
         except ValueError:
             raise ToolError("the code's output could not be read back") from None
-        text = ("[output cut to its end]\n" if result["cut"] else "") + result["out"]
+        text = (_CUT_NOTE if result["cut"] else "") + result["out"]
         if result["error"]:
             raise ToolError(f"{text}{result['error']}" if text else result["error"])
         return text
