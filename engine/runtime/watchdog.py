@@ -127,6 +127,12 @@ class WatchedReporter:
     def placement(self, workers: Sequence[Mapping[str, Any]]) -> None:
         self.inner.placement(workers)
 
+    def samples(self, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Optional in the protocol: passed on when the wrapped reporter takes samples (the worker's does)."""
+        inner = getattr(self.inner, "samples", None)
+        if inner is not None:
+            inner(step, rows)
+
 
 def run_watched(fn: Callable[[JobRequest, Reporter], JobResult], request: JobRequest, reporter: Reporter, *,
                 clock: Callable[[], float] = time.monotonic, poll_s: float = POLL_S) -> JobResult:
