@@ -91,6 +91,9 @@ def test_observation_tokens_get_no_gradient(actor):
         row = mask[i, :int(extent[i])]
         assert row[0] == 1 and row[-1] == 1 and (row == 0).any()
     assert torch.equal(batch["rollout_log_probs"] != 0, mask.bool())  # the sampler's log-probs, own tokens only
+    for i in range(4):  # rollout.multi_turn.max_tokens_per_turn: no turn samples more than 4 tokens
+        runs = "".join(map(str, mask[i].tolist())).split("0")
+        assert max(len(r) for r in runs) <= 4
 
     grads: list[torch.Tensor] = []
     head = actor.model.get_output_embeddings()
@@ -115,6 +118,15 @@ def test_observation_tokens_get_no_gradient(actor):
         own, env = mask[i, :n].bool(), ~mask[i, :n].bool()
         assert (per_token[i, :n][env] == 0).all(), f"row {i}: gradient on the environment's tokens"
         assert (per_token[i, :n][own] > 0).all(), f"row {i}: a sampled token without gradient"
+
+
+def test_the_job_config_sets_the_episode_loop():
+    cfg = build_config(PPOConfig, merge(EPISODES, {"rollout": {"multi_turn": {
+        "max_turns": 3, "max_tool_calls": 5, "max_episode_tokens": 20}}}))
+    loop, budget = episode_batch.limits(cfg)
+    assert (loop.max_turns, loop.max_tool_calls, loop.max_episode_tokens, loop.tool_format) == (3, 5, 20, "hermes")
+    assert budget == 20
+    assert episode_batch.limits(build_config(PPOConfig, EPISODES))[1] == 32  # 0: data.max_response_length
 
 
 # --- rewards on tokens, failed episodes, metrics, samples ------------------------------------------
