@@ -50,6 +50,23 @@ def _run(assets, tmp, rollout: dict, *, steps: int = 4, extra: dict | None = Non
     return run_ppo(request, reporter), reporter
 
 
+def test_stale_samples_default_to_truncated_is_unless_the_job_says():
+    """`rollout_correction.rollout_is` defaults to `token` where samples are stale (docs/async-rollout.md,
+    learning parity); fresh samples, or a job that sets either correction (null included), keep theirs."""
+    from engine.config import PPOConfig, build_config
+
+    def corr(rollout: dict, given: dict | None = None):
+        spec = {"rollout": rollout, **({"algorithm": {"rollout_correction": given}} if given is not None else {})}
+        c = build_config(PPOConfig, spec).algorithm.rollout_correction
+        return c.rollout_is, c.rollout_rs
+    assert corr({"mode": "one_step_off"}) == ("token", None)
+    assert corr({"mode": "async", "max_staleness": 2, "colocate": False}) == ("token", None)
+    assert corr({}) == corr({"colocate": False}) == (None, None)
+    assert corr({"mode": "async", "colocate": False}, {"rollout_is": None}) == (None, None)
+    assert corr({"mode": "one_step_off"}, {"rollout_rs": "sequence"}) == (None, "sequence")
+    assert corr({"mode": "one_step_off"}, {"rollout_is": "sequence"}) == ("sequence", None)
+
+
 @pytest.fixture(scope="module")
 def sync_run(demo_assets, ray_local, tmp_path_factory):
     return _run(demo_assets, tmp_path_factory.mktemp("sync"), {})
