@@ -160,6 +160,9 @@ class ActorRollout(TrainableRole):
                 episodes = episode_batch.run(self.rollout.generate, self.tokenizer, prompts, seeds, params,
                                              meta or [{} for _ in prompts], self.cfg, self.environment_context)
                 responses = [e.response_ids for e in episodes]
+                # An environment's first observation (its `reset` messages) is part of the prompt.
+                prompts = [e.prompt_ids or p for e, p in zip(episodes, prompts)]
+                episode_batch.check_prompt_width(prompts, self.cfg.data.max_prompt_length)
             else:
                 responses = self.rollout.generate(prompts, seeds, params)
         width = self.cfg.data.max_response_length

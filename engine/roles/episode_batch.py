@@ -17,6 +17,7 @@ every role; the transcript is small and only the driver decodes it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -25,6 +26,7 @@ import torch
 
 from engine.config import PPOConfig
 from engine.environments.building import EnvironmentContext, make_environment
+from engine.errors import DataError
 from engine.rollout.episodes import Episode, MultiTurn, run_episodes
 from engine.rollout.sampling import SamplingParams
 
@@ -54,8 +56,19 @@ def run(generate: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], seeds: 
     """One episode per prompt, each against a fresh environment built from its row's spec."""
     environments = [make_environment(m["environment"], context) for m in meta]
     loop, budget = limits(cfg)
+    per_turn = cfg.rollout.multi_turn.max_tokens_per_turn
+    if per_turn:  # the loop cuts each turn to what is left of the budget, and to this
+        params = dataclasses.replace(params, max_new_tokens=min(params.max_new_tokens, per_turn))
     return run_episodes(generate, tokenizer, prompts, [conversation(m) for m in meta], environments, meta,
                         seeds, params, loop, budget)
+
+
+def check_prompt_width(prompts: Sequence[Sequence[int]], width: int) -> None:
+    """An episode's prompt, its environment's first observation included, must fit the batch's prompt width."""
+    longest = max((len(p) for p in prompts), default=0)
+    if longest > width:
+        raise DataError(f"an episode's prompt with its environment's first observation has {longest} tokens, more "
+                        f"than data.max_prompt_length={width}: raise it", param="data.max_prompt_length")
 
 
 def _transcript(episode: Episode) -> bytes:
