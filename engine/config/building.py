@@ -232,6 +232,9 @@ def _check_multi_turn(config: PPOConfig, prefix: str) -> None:
     if config.rollout.mode != "sync" or not config.rollout.colocate:
         raise ConfigError("rollout.multi_turn needs rollout.mode sync with rollout.colocate true",
                           param=prefix + "rollout.multi_turn.enable")
+    if config.rollout.source != "generate":  # recorded trajectories are episodes already (docs/trajectories.md)
+        raise ConfigError("rollout.multi_turn runs episodes: it needs rollout.source generate",
+                          param=prefix + "rollout.multi_turn.enable")
     if config.guardrails.reward_filter.replay_buffer_size:
         raise ConfigError("rollout.multi_turn does not replay samples: set "
                           "guardrails.reward_filter.replay_buffer_size to 0",

@@ -408,6 +408,9 @@ def _multi_turn(cfg: PPOConfig, problems: list) -> None:
     if r.mode != "sync" or not r.colocate:
         problems.append((("rollout", "multi_turn", "enable"), True,
                          "rollout.multi_turn needs rollout.mode sync with rollout.colocate true"))
+    if r.source != "generate":  # recorded trajectories are episodes already (docs/trajectories.md)
+        problems.append((("rollout", "multi_turn", "enable"), True,
+                         "rollout.multi_turn runs episodes: it needs rollout.source generate"))
     if cfg.guardrails.reward_filter.replay_buffer_size:
         problems.append((("rollout", "multi_turn", "enable"), True,
                          "rollout.multi_turn does not replay samples: set replay_buffer_size to 0"))
