@@ -270,6 +270,33 @@ def test_failed_episodes_past_max_failed_frac_fail_the_job(demo_assets, one_thre
     assert caught.value.param == "rollout.multi_turn.max_failed_frac"
 
 
+def test_the_environment_column_is_an_object_or_its_json(tmp_path):
+    from engine.data import load_rows, tokenize_prompts
+    from engine.errors import DataError
+
+    good = tmp_path / "good.jsonl"
+    good.write_text("\n".join(json.dumps(r) for r in [
+        {"prompt": "a", "environment": {"type": "echo_token"}}, {"prompt": "b", "environment": '{"type": "arithmetic"}'},
+        {"prompt": "c", "environment": None}, {"prompt": "d"}]))
+    rows = load_rows(str(good), "prompts")
+    assert [r.get("environment") for r in rows] == [{"type": "echo_token"}, {"type": "arithmetic"}, None, None]
+    for bad in ({"kind": "x"}, "{not json", ["echo_token"]):
+        path = tmp_path / "bad.jsonl"
+        path.write_text(json.dumps({"prompt": "a"}) + "\n" + json.dumps({"prompt": "b", "environment": bad}))
+        with pytest.raises(DataError) as caught:
+            load_rows(str(path), "prompts")
+        assert caught.value.param == "environment" and caught.value.data == {"row": 1}
+
+    class Tok:
+        chat_template = None
+
+        def __call__(self, text, add_special_tokens=True):
+            return {"input_ids": [1] * len(text)}
+
+    examples = tokenize_prompts(rows, Tok(), 8, "error", environment={"type": "tools"})
+    assert [e.environment["type"] for e in examples] == ["echo_token", "arithmetic", "tools", "tools"]
+
+
 def test_rows_without_an_environment_are_refused(demo_assets, one_thread, tmp_path):
     with pytest.raises(ConfigError) as caught:
         run_ppo(request(demo_assets, tmp_path, {"trainer": {"total_training_steps": 1}}, environment=None),

@@ -75,6 +75,11 @@ def test_bad_multi_turn_settings_and_environments_are_problems(client, auth, dem
         assert r.headers["content-type"].startswith("application/problem+json")
         assert problem["param"] == param and problem["code"], problem
 
+    # A prompt row's own environment must be an object with a `type` (checked at upload).
+    bad = json.dumps({"prompt": "What is 1 + 1?", "environment": {"kind": "echo_token"}}).encode()
+    r = client.post("/v1/files", headers=auth, data={"purpose": "prompts"}, files={"file": ("rows.jsonl", bad)})
+    assert r.status_code == 422 and r.json()["param"] == "environment", r.text
+
 
 def _events(client, auth, job_id: str) -> list[dict]:
     return client.get(f"/v1/jobs/{job_id}/events", params={"limit": 1000}, headers=auth).json()["data"]
