@@ -108,6 +108,7 @@ def resolve_request(db: Session, job: Job) -> JobRequest:
         storage_options=dict(settings.STORAGE_OPTIONS),
         artifact_cache_dir=settings.ARTIFACT_CACHE_DIR or None,
         environment_allowed_hosts=environments.allowed_hosts(),
+        environment_python=settings.python_grader_limits,
     )
 
 

@@ -64,6 +64,10 @@ class JobRequest:
     environment_allowed_hosts: tuple[str, ...] = ()
     """Hosts a remote environment may be on although not public (`KEEL_ENV_ALLOWED_HOSTS`), for
     `engine.environments.building.EnvironmentContext.allowed_hosts`."""
+    environment_python: dict[str, Any] | None = field(default_factory=dict)
+    """The `tools` environment's `python` tool: the deployment's python-grader limits (the worker sets
+    them), None where the deployment runs no python (`KEEL_ALLOW_PYTHON_GRADERS` off: the tool is
+    withdrawn), `{}` without a worker (the sandbox's defaults)."""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,9 @@ class EnvironmentContext:
     `KEEL_ENV_ALLOWED_HOSTS`); every other URL must pass the public-address check."""
     python_limits: Any = None
     """`engine.rewards.sandbox.Limits` of the `python` tool (None: the sandbox's defaults)."""
+    python_allowed: bool = True
+    """False where the deployment runs no python (`KEEL_ALLOW_PYTHON_GRADERS` off): the `python` tool is
+    then not offered, and a call to it is answered as a tool error."""
     seed: int = 0
     tool_format: str = "hermes"
     """How the model writes tool calls (`rollout.multi_turn.tool_format`): what the tools environment and the

@@ -197,14 +197,17 @@ class ToolEnvironment:
 
     def __init__(self, spec: Mapping[str, Any], context: Any) -> None:
         self.tool_format = checked_format(context)
-        entries = spec.get("tools", list(BUILT_INS))
+        # Without a list: the built-ins this deployment runs (python only where it runs python code).
+        allowed = getattr(context, "python_allowed", True)
+        entries = spec.get("tools", [t for t in BUILT_INS if allowed or t != "python"])
         if not isinstance(entries, list | tuple) or not entries:
             raise EngineError("environment.tools must be a non-empty list", code="invalid_environment",
                               param="environment.tools")
         self.tools: dict[str, Callable[[Mapping[str, Any]], str] | None] = {}
         for entry in entries:
             name = _tool_name(entry)
-            self.tools[name] = self._implementation(name, context) if name in BUILT_INS else None
+            runnable = name in BUILT_INS and (name != "python" or allowed)
+            self.tools[name] = self._implementation(name, context) if runnable else None
 
     @staticmethod
     def _implementation(name: str, context: Any) -> Callable[[Mapping[str, Any]], str]:

@@ -28,8 +28,9 @@ class EnvironmentFailed(EngineError):
 def context(request: JobRequest) -> EnvironmentContext:
     """What every environment of the job shares: the deployment's allowed hosts (the worker adds
     `environment_allowed_hosts` to the request) and the job's seed."""
+    python = getattr(request, "environment_python", {})
     return EnvironmentContext(allowed_hosts=tuple(getattr(request, "environment_allowed_hosts", None) or ()),
-                              seed=request.seed)
+                              python_limits=python or None, python_allowed=python is not None, seed=request.seed)
 
 
 def check_prompts(cfg: PPOConfig, prompts: Sequence[PromptExample], file_param: str) -> None:

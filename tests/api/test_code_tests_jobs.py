@@ -36,3 +36,16 @@ def test_code_tests_is_refused_where_python_graders_are_off(client, auth, files,
     r = create(client, auth, _body(files))
     assert r.status_code == 422 and r.headers["content-type"].startswith("application/problem+json")
     assert (r.json()["code"], r.json()["param"]) == ("python_graders_disabled", "method.reward.function")
+
+
+@pytest.mark.parametrize("tool", ["python", {"type": "function", "function": {"name": "python"}}])
+def test_the_python_tool_is_refused_where_python_graders_are_off(client, auth, files, monkeypatch, tool):
+    body = ppo_body(files)
+    body["method"]["environment"] = {"type": "tools", "tools": ["calculator", tool]}
+    body["method"]["hyperparameters"].setdefault("rollout", {})["multi_turn"] = {"enable": True}
+    monkeypatch.setattr(settings, "ALLOW_PYTHON_GRADERS", False)
+    r = create(client, auth, body)
+    assert r.status_code == 422, r.text
+    assert (r.json()["code"], r.json()["param"]) == ("python_graders_disabled", "method.environment.tools")
+    monkeypatch.setattr(settings, "ALLOW_PYTHON_GRADERS", True)
+    assert create(client, auth, body).status_code in (200, 201)

@@ -37,3 +37,27 @@ def test_a_code_tests_reward_gets_the_deployments_python_limits(project_id, monk
     with pytest.raises(ConfigError) as err:
         rule_reward_kwargs(reward, [None])
     assert err.value.code == "python_graders_disabled"
+
+
+def test_the_python_tool_gets_the_deployments_limits_or_is_withdrawn(project_id, monkeypatch):
+    from engine.environments.building import make_environment
+    from engine.methods.ppo_episodes import context
+
+    model = Path(settings.model_roots[0]) / f"base-{new_id('m')}"
+    model.mkdir()
+    job = add_job(project_id, add_file(project_id, purpose="prompts"), model=str(model), method="ppo")
+    monkeypatch.setattr(settings, "ALLOW_PYTHON_GRADERS", True)
+    monkeypatch.setattr(settings, "PYTHON_GRADER_TIMEOUT_S", 7.0)
+    with session_scope() as db:
+        request = resolve_request(db, db.get(Job, job))
+    env = make_environment({"type": "tools"}, context(request))
+    assert env.tools["python"].limits.wall_s == 7.0
+    monkeypatch.setattr(settings, "ALLOW_PYTHON_GRADERS", False)
+    with session_scope() as db:
+        request = resolve_request(db, db.get(Job, job))
+    assert request.environment_python is None
+    env = make_environment({"type": "tools"}, context(request))  # the default list: what the deployment runs
+    assert list(env.tools) == ["calculator"]
+    env = make_environment({"type": "tools", "tools": ["python", "calculator"]}, context(request))  # a row's own
+    step = env.step('<tool_call>{"name": "python", "arguments": {"code": "print(1)"}}</tool_call>')
+    assert step.tool_errors == 1 and env.tools["python"] is None

@@ -245,6 +245,8 @@ def _resolve(db: Session, project_id: str, body: JobCreate, *, dry_run: bool = F
     if body.from_checkpoint is not None:
         _checkpoint(db, project_id, body.from_checkpoint, method.type)
     _check_integrations(body)
+    if isinstance(method, PPOMethod) and method.environment is not None:
+        _check_python_tool(method.environment.model_dump(mode="json"))
     if isinstance(method, PPOMethod) and method.environment is not None:  # a remote one's URL (blocking DNS)
         problem = environments.environment_url_problem(method.environment.model_dump(mode="json"))
         if problem is not None:
@@ -256,6 +258,20 @@ def _resolve(db: Session, project_id: str, body: JobCreate, *, dry_run: bool = F
             spec, nodes, cap=settings.AUTO_CPUS_PER_WORKER_MAX, max_cpus=settings.MAX_JOB_CPUS))
         spec["resources"]["cpus_per_worker"] = body.resources.cpus_per_worker
     return spec, nodes
+
+
+def _check_python_tool(environment: dict[str, Any]) -> None:
+    """A `tools` environment that names the `python` tool runs the policy's code, as code_tests does:
+    refused where python graders are. (Without a list the engine offers only what the deployment runs.)"""
+    if environment.get("type") != "tools" or settings.ALLOW_PYTHON_GRADERS:
+        return
+    tools = environment.get("tools") or []
+    names = [t if isinstance(t, str) else ((t.get("function") or {}).get("name") if isinstance(t, dict) else None)
+             for t in (tools if isinstance(tools, list) else [])]
+    if "python" in names:
+        raise ApiError(422, "python_graders_disabled", "method.environment.tools: the python tool runs the policy's "
+                       "code, and this deployment does not run python code (KEEL_ALLOW_PYTHON_GRADERS).",
+                       param="method.environment.tools")
 
 
 def _check_code_tests(options: dict[str, Any]) -> None:
