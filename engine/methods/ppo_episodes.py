@@ -60,10 +60,12 @@ def check_failed(cfg: PPOConfig, batch: Batch, rows: int, step: int) -> None:
     count = int(failed[:rows].sum())
     limit = cfg.rollout.multi_turn.max_failed_frac
     if count / rows > limit:
+        first = int(failed[:rows].nonzero()[0, 0])
+        why = transcript(batch, first).get("failed") or "unknown"
         raise EnvironmentFailed(f"step {step}: {count} of {rows} episodes failed in their environment, more than "
-                                f"rollout.multi_turn.max_failed_frac={limit:g}",
+                                f"rollout.multi_turn.max_failed_frac={limit:g} (the first: {why})",
                                 param="rollout.multi_turn.max_failed_frac",
-                                data={"step": step, "failed": count, "episodes": rows})
+                                data={"step": step, "failed": count, "episodes": rows, "first_failure": why})
 
 
 def metrics(batch: Batch, new: slice) -> dict[str, float]:

@@ -34,6 +34,9 @@ STATS = ("turns", "tool_calls", "tool_errors", "truncated", "failed", "env_secon
 TRANSCRIPT_BYTES = 8192
 MESSAGE_CHARS = 600
 """Per message of a transcript (the console shows samples, not whole logs)."""
+FAILURE_CHARS = 300
+"""Of why an episode's environment failed (`Episode.failed`: the environment's own words, or only the
+exception's type for a bug in one), kept for the job's error and the sample."""
 
 
 def limits(cfg: PPOConfig) -> tuple[MultiTurn, int]:
@@ -74,7 +77,8 @@ def check_prompt_width(prompts: Sequence[Sequence[int]], width: int) -> None:
 def _transcript(episode: Episode) -> bytes:
     messages = [{**m, "content": str(m.get("content") or "")[:MESSAGE_CHARS]} for m in episode.messages]
     while True:  # drop messages from the middle until it fits (the first and last stay)
-        data = json.dumps({"messages": messages, "turn_rewards": list(episode.turn_rewards)}).encode()
+        data = json.dumps({"messages": messages, "turn_rewards": list(episode.turn_rewards),
+                           **({"failed": episode.failed[:FAILURE_CHARS]} if episode.failed else {})}).encode()
         if len(data) <= TRANSCRIPT_BYTES or len(messages) <= 2:
             return data[:TRANSCRIPT_BYTES]
         del messages[len(messages) // 2]
@@ -109,7 +113,7 @@ def stat(batch: Mapping[str, torch.Tensor], name: str) -> torch.Tensor:
 
 
 def transcript(batch: Mapping[str, torch.Tensor], row: int) -> dict[str, Any]:
-    """`{messages, turn_rewards}` of an episode row."""
+    """`{messages, turn_rewards}` of an episode row, and `failed` (why) when its environment failed."""
     data = bytes(batch["episode_transcript"][row].tolist()).rstrip(b"\0")
     try:
         return json.loads(data.decode())

@@ -266,7 +266,9 @@ def test_failed_episodes_past_max_failed_frac_fail_the_job(demo_assets, one_thre
         run_ppo(request(demo_assets, tmp_path / "strict", strict, training_file=str(path), hosts=("127.0.0.1",)),
                 RecordingReporter())
     assert caught.value.code == "environment_failed" and caught.value.user_error
+    why = caught.value.data.pop("first_failure")  # the environment's own words, in the message too
     assert caught.value.data == {"step": 1, "failed": 2, "episodes": 16}
+    assert "Connection refused" in why and why in str(caught.value)
     assert caught.value.param == "rollout.multi_turn.max_failed_frac"
 
 
