@@ -103,7 +103,9 @@ def fork_job(job: OwnedJob, body: JobFork, caller: CurrentCaller, db: SessionDep
     request.update(model=job.model, training_file=job.training_file_id, validation_file=job.validation_file_id,
                    seed=job.seed, from_checkpoint=ckpt.id)
     try:
-        create = JobCreate.model_validate_json(json.dumps({**request, "method": {"type": method.type}}))
+        # The merged method itself, not a placeholder: a method's own checks may need its fields (a PPO
+        # job's reward, unless it trains on recorded trajectories).
+        create = JobCreate.model_validate_json(json.dumps({**request, "method": json.loads(method.model_dump_json())}))
     except ValidationError as exc:  # a parent stored by an older Keel: its request no longer validates
         err = exc.errors()[0]
         param = ".".join(str(p) for p in err["loc"])
