@@ -1,7 +1,8 @@
 """Pipelined rollout (issue 33) against `sync`, in one run: steps per wall second and learning parity.
 
     python -m bench.async_rollout [--wide] [--batch 8] [--n 4] [--response-length 32] [--steps 6]
-        [--repeats 2] [--threads 1] [--seeds 3] [--parity-steps 12] [--skip-parity] [--skip-speed] --json
+        [--repeats 2] [--weight-sync object_store|collective] [--threads 1] [--seeds 3] [--parity-steps 12]
+        [--skip-parity] [--skip-speed] --json
 
 Every run is PPO (GRPO, no critic) with one trainer worker and one rollout worker
 (`rollout.colocate: false`, `resources.rollout_workers: 1`, `--threads` CPUs each) on a loopback-only
@@ -83,7 +84,8 @@ def speed(model: str, prompts: str, args) -> dict:
     for _ in range(args.repeats):
         for name, rollout in MODES.items():
             with tempfile.TemporaryDirectory(prefix="keel-bench-async-") as work:
-                runs[name].append(run(request(model, prompts, work, rollout, batch=args.batch, n=args.n,
+                sync = {"weight_sync": args.weight_sync} if args.weight_sync else {}
+                runs[name].append(run(request(model, prompts, work, {**rollout, **sync}, batch=args.batch, n=args.n,
                                               response_length=args.response_length, steps=args.steps,
                                               threads=args.threads, seed=0, lr=1e-5)))
     rate = {name: [1.0 / statistics.median(r.series("timing_s/step")[1:]) for r in reps] for name, reps in runs.items()}
@@ -139,6 +141,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--response-length", type=int, default=32, help="max new tokens (speed part)")
     p.add_argument("--steps", type=int, default=6, help="steps per speed run")
     p.add_argument("--repeats", type=int, default=2, help="rounds of the three speed runs")
+    p.add_argument("--weight-sync", choices=["object_store", "collective"], default=None,
+                   help="rollout.weight_sync of the speed runs (unset: the engine's default, object_store on CPU)")
     p.add_argument("--threads", type=int, default=1, help="CPUs of each worker (trainer, rollout)")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--parity-steps", type=int, default=12)
