@@ -250,6 +250,9 @@ def _check_pipelined(config: PPOConfig, prefix: str) -> None:
     if r.partial == "continue" and (r.colocate or r.mode == "sync"):
         raise ConfigError("rollout.partial continue needs rollout.colocate false and rollout.mode one_step_off "
                           "or async", param=prefix + "rollout.partial")
+    if r.weight_sync is not None and r.colocate:
+        raise ConfigError("rollout.weight_sync needs rollout.colocate false (weights sent to rollout workers)",
+                          param=prefix + "rollout.weight_sync")
     if r.mode == "sync" and r.colocate:
         return
     where = prefix + ("rollout.mode" if r.mode != "sync" else "rollout.colocate")

@@ -18,6 +18,8 @@ REFUSED = [
     ({"rollout": {"mode": "async", "colocate": False, "max_staleness": 0}}, "rollout.max_staleness"),
     ({"rollout": {"partial": "continue", "colocate": False}}, "rollout.partial"),
     ({"rollout": {"partial": "continue", "mode": "one_step_off"}}, "rollout.partial"),
+    ({"rollout": {"weight_sync": "collective"}}, "rollout.weight_sync"),
+    ({"rollout": {"weight_sync": "object_store", "mode": "one_step_off"}}, "rollout.weight_sync"),
     ({"rollout": SEPARATE, "algorithm": {"adv_estimator": "grpo", "filter_groups": {"enable": True}}}, "rollout.mode"),
     ({"rollout": {"colocate": False}, "algorithm": {"adv_estimator": "remax"}}, "rollout.colocate"),
     ({"rollout": {"mode": "one_step_off"}, "guardrails": {"reward_filter": {"enable": True, "replay_buffer_size": 4}}},

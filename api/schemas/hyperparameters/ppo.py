@@ -384,6 +384,9 @@ def _async_rollout(cfg: PPOConfig, problems: list) -> None:
     if r.partial == "continue" and (r.colocate or r.mode == "sync"):
         problems.append((("rollout", "partial"), r.partial, ("rollout.partial continue needs rollout.colocate "
                                                              "false and rollout.mode one_step_off or async")))
+    if r.weight_sync is not None and r.colocate:
+        problems.append((("rollout", "weight_sync"), r.weight_sync, ("rollout.weight_sync needs rollout.colocate "
+                                                                     "false (weights sent to rollout workers)")))
     if r.mode == "sync" and r.colocate:
         return
     where = ("rollout", "mode") if r.mode != "sync" else ("rollout", "colocate")
