@@ -74,8 +74,19 @@ def sync_run(demo_assets, ray_local, tmp_path_factory):
 
 def test_sync_on_a_rollout_worker_trains_exactly_as_colocated(sync_run, demo_assets, ray_local, tmp_path):
     """Each step the rollout worker samples from the weights the trainer just made: the run is the
-    colocated one, to the bit (a missed or wrong weight sync samples other responses)."""
-    result, reporter = _run(demo_assets, tmp_path, {"colocate": False})
+    colocated one, to the bit (a missed or wrong weight sync samples other responses). Unset
+    `rollout.weight_sync` on CPU is the object store: the rollout worker joins no group."""
+    groups = []
+
+    def hook(trainer, step):
+        ref = trainer.roles["rollout"].submit(0, "apply", lambda worker: worker.receiver is None)
+        groups.append(trainer.dispatch.gather({"r": [ref]}, time.perf_counter() + 60, "test", step)["r"][0])
+    PPOTrainer.fault_hook = staticmethod(hook)
+    try:
+        result, reporter = _run(demo_assets, tmp_path, {"colocate": False})
+    finally:
+        PPOTrainer.fault_hook = None
+    assert groups == [True] * 4
     assert reporter.series("rollout/staleness/max") == [0.0] * 4
     initial = weights(demo_assets["model"])
     assert any(not torch.equal(v, initial[k]) for k, v in weights(result.output_dir).items())  # it learned
