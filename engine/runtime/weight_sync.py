@@ -30,7 +30,8 @@ from engine.errors import EngineError
 
 TIMEOUT_S = 600.0
 """How long joining the group, or one broadcast, may take."""
-_POLL_S = 0.002
+_IDLE_WAIT_S = 60.0
+"""A receiver waits for the next announcement this long at a time (a step may take much longer)."""
 
 
 def trained_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -111,8 +112,7 @@ class Receiver:
                 torch.cuda.set_device(self.group.device)
             while True:
                 seq = self.received + 1
-                while not self.group.store.check([f"weights/{seq}"]):
-                    time.sleep(_POLL_S)
+                self._announced(f"weights/{seq}")
                 header = torch.zeros(2, dtype=torch.int64, device=self.group.device)
                 state = {k: torch.empty_like(t, device=self.group.device) for k, t in self.like.items()}
                 self.group.broadcast([header, *state.values()])
@@ -128,6 +128,16 @@ class Receiver:
             with self.ready:
                 self.error = exc
                 self.ready.notify_all()
+
+    def _announced(self, key: str) -> None:
+        """Block until the trainer sets `key` (the store's server wakes the waiter: no polling)."""
+        while True:
+            try:
+                self.group.store.wait([key], datetime.timedelta(seconds=_IDLE_WAIT_S))
+                return
+            except dist.DistStoreError as exc:
+                if "timeout" not in str(exc).lower():
+                    raise
 
     def take(self, seq: int, timeout_s: float = TIMEOUT_S) -> tuple[int, dict[str, torch.Tensor]]:
         """`(version, tensors)` of broadcast `seq` (older staged ones are dropped: never applied)."""
