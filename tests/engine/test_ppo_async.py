@@ -15,7 +15,7 @@ import torch
 from test_ppo import assert_same_weights, make_request, merge, weights
 
 from engine.config import Resources
-from engine.errors import Cancelled, EngineError
+from engine.errors import Cancelled, ConfigError, EngineError
 from engine.methods.ppo import PPOTrainer, run_ppo
 from engine.rewards.rules import register_reward, unregister_reward
 from engine.runtime.reporting import RecordingReporter
@@ -133,6 +133,17 @@ def test_colocated_one_step_off_queues_the_next_generation_on_the_actor(sync_run
     _, reporter = _run(demo_assets, tmp_path, {"mode": "one_step_off"}, steps=3)
     assert reporter.series("rollout/staleness/max") == [0.0, 1.0, 1.0]
     assert "rollout" not in {p["role"] for p in reporter.of("placement")[-1]["workers"]}
+
+
+def test_collective_weight_sync_needs_ray_workers(demo_assets, tmp_path):
+    """The in-process executor runs the trainer and the rollout worker in one process, one call at a
+    time: no group to join, so `collective` is refused (unset resolves to the object store there)."""
+    request = make_request(demo_assets, tmp_path, steps=1, validation=False, reward={"function": REWARD},
+                           overrides=merge(GRPO, {"rollout": {"colocate": False, "weight_sync": "collective"}}))
+    request = dataclasses.replace(request, resources=Resources(rollout_workers=1, executor="local"))
+    with pytest.raises(ConfigError) as err:
+        run_ppo(request, RecordingReporter())
+    assert err.value.param == "rollout.weight_sync"
 
 
 @pytest.mark.parametrize("weight_sync", ["object_store", "collective"])
