@@ -10,18 +10,22 @@ generation in flight at a weight update finishes on the old weights, counted sta
 of whole prompt groups, the second on the next version (`partial: continue`, submitted right after
 that update): either way a GRPO group never mixes versions.
 
-Weights go from the actor (rank 0, `export_weights`) to every rollout worker through the Ray object
-store, read once per worker (`load_weights`), queued before the generations that need them, so the
-trainer never waits longer than the copy; each worker reports the fingerprint it then holds and the
-driver checks it against the trainer's (`weight_sync_failed`). With `rollout.colocate` (one_step_off
+Weights go from the actor (rank 0) to every rollout worker by version, queued before the generations
+that need them, so the trainer never waits longer than the copy: through the Ray object store
+(`rollout.weight_sync: object_store`: `export_weights`, read once per worker by `load_weights`) or
+broadcast over a process group of the actor's rank 0 and the rollout workers (`collective`: gloo on
+CPU, NCCL on GPU, `engine.runtime.weight_sync`; unset: collective on GPU). Each worker reports the
+fingerprint it then holds and the driver checks it against the trainer's (`weight_sync_failed`). With `rollout.colocate` (one_step_off
 only) the actor generates: the next batch's generation is queued on it ahead of the update.
 
 Off-policy correctness: each row keeps the version it was sampled from and the behaviour policy's
 log-probs (`rollout_log_probs`). With stale samples and no `algorithm.rollout_correction` those are
 PPO's old log-probs, so the ratio and its clip are taken against the policy that sampled; with it
 the old log-probs are the trainer's (the proximal policy) and the truncated / masked IS weights
-pi_old / pi_behaviour correct for the gap (`engine.algos.correction`). Fresh samples (`sync`) take
-the trainer's own, as the colocated loop does.
+pi_old / pi_behaviour correct for the gap (`engine.algos.correction`); stale modes default to
+`rollout_is: token` (`engine.config.building`: clipped against a policy two versions back, the
+update drops tokens and learns less per step). Fresh samples (`sync`) take the trainer's own, as
+the colocated loop does.
 
 A checkpoint records the batches in flight (responses, behaviour log-probs, versions): a resumed job
 trains on exactly what the uninterrupted one would have. A guardrail rollback drops them and
@@ -88,6 +92,7 @@ class RolloutPipeline:
         self.weight_sync = cfg.rollout.weight_sync
         """How weights reach the rollout workers (`object_store` or `collective`; resolved at `start`)."""
         self.broadcasts = 0
+        self.joined = False
 
     # --- schedule ------------------------------------------------------------------------------
 
@@ -104,8 +109,9 @@ class RolloutPipeline:
         """Begin at `step` (the trainer holds version `step`) reading batch `consumed`; `recorded`:
         the batches a checkpoint held in flight."""
         self.version = step
-        if self.weight_sync is None or (self.weight_sync == "collective" and not self.broadcasts):
+        if not self.joined:
             self._join(time.perf_counter() + self.cfg.guardrails.step_timeout_s)
+            self.joined = True
         for key, segments in (recorded or {}).items():
             self.flights[int(key)] = [self._restore(int(key), s) for s in segments]
         self._fill(consumed)
