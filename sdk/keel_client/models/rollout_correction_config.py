@@ -22,6 +22,8 @@ class RolloutCorrectionConfig:
             rollout_is (None | RolloutCorrectionConfigRolloutIsType0 | Unset): Truncated importance sampling (TIS): each
                 token (`token`) or each sequence (`sequence`, the
                 product over its tokens) weighted by the ratio, capped at `rollout_is_threshold` (None: off).
+                Unset, with neither it nor `rollout_rs` given and `rollout.mode` one_step_off or async: `token`
+                (stale samples; an explicit null keeps it off).
             rollout_is_threshold (float | Unset): Upper cap of the importance weights. Default: 2.0.
             rollout_rs (None | RolloutCorrectionConfigRolloutRsType0 | Unset): Masked importance sampling (MIS, rejection):
                 tokens (`token`) or whole sequences (`sequence`)
