@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import threading
 import time
 from typing import Any
@@ -27,6 +28,7 @@ import torch.distributed as dist
 from torch import nn
 
 from engine.errors import EngineError
+from engine.runtime.distributed import _interface_of, node_ip
 
 TIMEOUT_S = 600.0
 """How long joining the group, or one broadcast, may take."""
@@ -45,6 +47,10 @@ class WeightGroup:
     def __init__(self, endpoint: tuple[str, int], rank: int, world_size: int, device: torch.device) -> None:
         host, port = endpoint
         timeout = datetime.timedelta(seconds=TIMEOUT_S)
+        iface = _interface_of(node_ip())  # as `distributed.init_process_group`: the Ray address's interface
+        if iface:
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", iface)
+            os.environ.setdefault("NCCL_SOCKET_IFNAME", iface)
         self.store = dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout,
                                    wait_for_workers=False)
         if device.type == "cuda":
