@@ -34,7 +34,7 @@ GROUPS: dict[str, list[str]] = {
     "workers": ["workers", "faults", "trainers"],
     "protocols": ["openai", "tinker", "inference", "serving", "embedded",
                   # Long PPO runs moved out of `engine`, the longest group, to the one that mostly waits.
-                  "engine/test_ppo_async.py", "engine/test_distill_policy.py"],
+                  "engine/test_ppo_async.py", "engine/test_async_parity.py", "engine/test_distill_policy.py"],
 }
 
 
