@@ -123,8 +123,14 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
 
 
 def last_index(mask: torch.Tensor) -> torch.Tensor:
-    """`(batch,)` index of each row's last 1 in `mask` `(batch, len)` (0 for an all-zero row): where a
-    sequence score goes. Not `mask.sum(-1) - 1`: a multi-turn episode's mask has holes (the
-    environment's tokens) before its last sampled token."""
+    """Where a sequence score goes: each row's last 1. Not `mask.sum(-1) - 1`: a multi-turn episode's
+    mask has holes (the environment's tokens) before its last sampled token.
+
+    Args:
+        mask: `(batch, response_len)`.
+
+    Returns:
+        `(batch,)` long: the index of each row's last 1 (0 for an all-zero row).
+    """
     positions = torch.arange(mask.shape[-1], device=mask.device).expand_as(mask)
     return torch.where(mask.bool(), positions, 0).amax(dim=-1)
