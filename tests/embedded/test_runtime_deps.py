@@ -19,7 +19,8 @@ TEST_ONLY_MODULES = {"pytest": "pytest", "pytest-timeout": "pytest_timeout", "hy
                      "tensorboard": "tensorboard", "mlflow-skinny": "mlflow", "standardwebhooks": "standardwebhooks",
                      "playwright": "playwright", "openai": "openai", "tinker": "tinker", "chz": "chz",
                      "blobfile": "blobfile", "datasets": "datasets", "pyrage": "pyrage", "termcolor": "termcolor",
-                     "tiktoken": "tiktoken", "math-verify": "math_verify", "pylatexenc": "pylatexenc"}
+                     "tiktoken": "tiktoken", "math-verify": "math_verify", "pylatexenc": "pylatexenc",
+                     "openenv-core": "openenv"}
 """Each test-only distribution of `.[dev]` and the module it installs."""
 
 RUNTIME_SHARED = {"cloudpickle", "tqdm", "pillow", "aiohttp", "sympy"}
