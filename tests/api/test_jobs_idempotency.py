@@ -62,8 +62,8 @@ def test_a_twin_that_commits_first_wins(client, auth, db, project_key, files, di
     key = f"twin-{secrets.token_hex(4)}"
     resolve = creation._resolve
 
-    def resolve_then_twin(db_, project_id, body):
-        spec, nodes = resolve(db_, project_id, body)
+    def resolve_then_twin(db_, project_id, body, **options):
+        spec, nodes = resolve(db_, project_id, body, **options)
         with TestSession() as other:
             twin = Job(project_id=project_id, method="reward_model", spec=spec, model="org/name",
                        training_file_id=files["preference"])
