@@ -9,6 +9,7 @@ from __future__ import annotations
 import httpx
 import pytest
 import tinker
+from cookbook_runs import trainer_operations, trainers
 from tinker import types
 from tinker.proto import response_conv
 from tinker_data import supervised
@@ -19,18 +20,6 @@ def _forward_logprobs(tc, tokens: list[int]) -> list[float]:
     datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
                         loss_fn_inputs={"target_tokens": tokens[1:], "weights": [0.0] * (len(tokens) - 1)})
     return tc.forward([datum], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
-
-
-def _trainers(url: str, key: str) -> list[dict]:
-    headers = {"Authorization": f"Bearer {key.removeprefix('tml-')}"}
-    return httpx.get(f"{url}/v1/trainers", params={"limit": 100}, headers=headers, timeout=30).json()["data"]
-
-
-def _trainer_operations(url: str, key: str, trainer_id: str) -> list[dict]:
-    headers = {"Authorization": f"Bearer {key.removeprefix('tml-')}"}
-    events = httpx.get(f"{url}/v1/trainers/{trainer_id}/events", params={"limit": 100}, headers=headers, timeout=30)
-    events.raise_for_status()
-    return [e["data"] for e in events.json()["data"] if e["type"] == "trainer.operation"]
 
 
 def test_sampler_weights_sample_with_stops_seeds_and_logprobs(service, base_model, tinker_url, tinker_key):
@@ -89,8 +78,8 @@ def test_sampler_weights_sample_with_stops_seeds_and_logprobs(service, base_mode
     assert out.logprobs == pytest.approx(_forward_logprobs(tc, prompt_ids + out.tokens)[-len(out.tokens):], abs=1e-4)
 
     # One system: the samples ran as `sample` operations of the training client's trainer.
-    [trainer] = [t for t in _trainers(tinker_url, tinker_key) if t["metadata"].get("tinker_model_id") == tc.model_id]
-    kinds = [op["kind"] for op in _trainer_operations(tinker_url, tinker_key, trainer["id"])]
+    [trainer] = [t for t in trainers(tinker_url, tinker_key) if t["metadata"].get("tinker_model_id") == tc.model_id]
+    kinds = [op["kind"] for op in trainer_operations(tinker_url, tinker_key, trainer["id"])]
     assert kinds.count("sample") == 5 and kinds.count("save_weights_for_sampler") == 2
 
 
@@ -112,9 +101,9 @@ def test_a_base_model_sampler(service, base_model, tinker_url, tinker_key):
     out = kept.sample(types.ModelInput.from_ints(tokens), 1, types.SamplingParams(max_tokens=3, seed=3)).result()
     assert 0 < len(out.sequences[0].tokens) == len(out.sequences[0].logprobs) <= 3
     session_id = service.holder.get_session_id()
-    samplers = [t for t in _trainers(tinker_url, tinker_key) if t["metadata"].get("tinker_session") == session_id]
+    samplers = [t for t in trainers(tinker_url, tinker_key) if t["metadata"].get("tinker_session") == session_id]
     assert [t["metadata"]["tinker_role"] for t in samplers] == ["sampler"] and samplers[0]["lora"] is None
-    kinds = [op["kind"] for op in _trainer_operations(tinker_url, tinker_key, samplers[0]["id"])]
+    kinds = [op["kind"] for op in trainer_operations(tinker_url, tinker_key, samplers[0]["id"])]
     assert kinds.count("sample") == 3  # two of the base model's, one of the kept weights
 
     # The protocol itself: the sampler's description, asample's dedupe and refusals, its future.
