@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from cookbook_runs import finish, start, trainer, trainer_operations, trainers
 
@@ -22,13 +24,24 @@ SEQUENCES = 2 * 2  # per step: groups_per_batch x group_size
 
 
 @pytest.fixture(scope="module")
-def distilled(tinker_url, tinker_key, tinker_assets, tmp_path_factory) -> dict:
+def distilled(tinker_url, tinker_key, tinker_assets, tmp_path_factory) -> Iterator[dict]:
     root = tmp_path_factory.mktemp("distill")
     args = {"model_name": tinker_assets["small_model"], "teacher_model": tinker_assets["model"],
             "prompts_file": tinker_assets["prompts_train"], "renderer_name": "role_colon", "base_url": tinker_url,
             "lora_rank": 8, "groups_per_batch": 2, "group_size": 2, "max_tokens": 8, "max_steps": STEPS}
     proc = start([str(Path(__file__).with_name("cookbook_distill.py"))], args, tinker_key, root / "distill")
-    return finish({"distill": proc}, root, TIMEOUT_S)["distill"]
+    run = finish({"distill": proc}, root, TIMEOUT_S)["distill"]
+    yield run
+    # The script exits without ending its Tinker session, as recipes do: its trainers (the student, and
+    # the teacher's sampler on a base model no other test uses) would hold the session's 2 Ray CPUs
+    # and starve the trainers of the tests after this one.
+    if not run["model_id"]:
+        return
+    session_id = run["model_id"].split(":train:")[0]
+    for t in trainers(tinker_url, tinker_key):
+        if session_id in (t["metadata"].get("tinker_session"), (t["metadata"].get("tinker_model_id") or "").split(":train:")[0]):
+            httpx.delete(f"{tinker_url}/v1/trainers/{t['id']}", timeout=60,
+                         headers={"Authorization": f"Bearer {tinker_key.removeprefix('tml-')}"}).raise_for_status()
 
 
 def test_teacher_shares_the_students_tokenizer(tinker_assets):
