@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from core.config import settings
 
@@ -61,11 +61,9 @@ def non_public_reason(address: str) -> str | None:
     return None
 
 
-def check_url(url: str, *, allow_private: bool | None = None) -> tuple[str, str, int]:
-    """The URL's (host, first allowed address, port); UnsafeUrl when a tenant may not use it. Resolves the
-    host (blocking DNS): a caller that connects should connect to the address returned (DNS rebinding).
-    `allow_private` None: `KEEL_WEBHOOK_ALLOW_PRIVATE` decides (remote environments pass False: their
-    own allow-list, `core.environments`, is the only way past the rule)."""
+def url_parts(url: str) -> tuple[SplitResult, int]:
+    """`url` split, and its port (the scheme's default when none is given); UnsafeUrl unless it is an
+    absolute http(s) URL without credentials and with a valid port. No DNS."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UnsafeUrl("must be an absolute http:// or https:// URL")
@@ -77,7 +75,15 @@ def check_url(url: str, *, allow_private: bool | None = None) -> tuple[str, str,
         raise UnsafeUrl("has an invalid port") from exc
     if port == 0:
         raise UnsafeUrl("has an invalid port (0)")
-    port = port or (443 if parts.scheme == "https" else 80)
+    return parts, port or (443 if parts.scheme == "https" else 80)
+
+
+def check_url(url: str, *, allow_private: bool | None = None) -> tuple[str, str, int]:
+    """The URL's (host, first allowed address, port); UnsafeUrl when a tenant may not use it. Resolves the
+    host (blocking DNS): a caller that connects should connect to the address returned (DNS rebinding).
+    `allow_private` None: `KEEL_WEBHOOK_ALLOW_PRIVATE` decides (remote environments pass False: their
+    own allow-list, `core.environments`, is the only way past the rule)."""
+    parts, port = url_parts(url)
     host = parts.hostname
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)

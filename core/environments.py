@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
-from core.addresses import UnsafeUrl, check_url
+from core.addresses import UnsafeUrl, check_url, url_parts
 from core.config import settings
 
 
@@ -27,17 +26,7 @@ def allowed_hosts(hosts: Iterable[str] | None = None) -> tuple[str, ...]:
 
 def check_environment_url(url: str) -> None:
     """UnsafeUrl (a ValueError) saying why a job may not use `url` as a remote environment."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UnsafeUrl("must be an absolute http:// or https:// URL")
-    if parts.username or parts.password:
-        raise UnsafeUrl("must not carry credentials")
-    try:
-        port = parts.port
-    except ValueError as exc:
-        raise UnsafeUrl("has an invalid port") from exc
-    if port == 0:
-        raise UnsafeUrl("has an invalid port (0)")
+    parts, _ = url_parts(url)
     if parts.hostname in allowed_hosts():
         return
     try:
