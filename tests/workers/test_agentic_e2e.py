@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.engine.test_ppo_episodes import EPISODES, merge
 from tests.workers.test_pipeline_e2e import _wait as _wait_for
 
 _wait = partial(_wait_for, timeout=600.0)
@@ -20,24 +21,10 @@ _wait = partial(_wait_for, timeout=600.0)
 pytestmark = pytest.mark.slow
 
 SEED = 2
-HYPERPARAMETERS = {
-    "data": {"train_batch_size": 8, "max_prompt_length": 32, "max_response_length": 32},
-    "actor": {"ppo_mini_batch_size": 8, "ppo_epochs": 2, "optim": {"lr": 5e-3}},
-    "critic": {"optim": {"lr": 5e-3}},
-    "rollout": {"n": 4, "multi_turn": {"enable": True, "max_turns": 2, "max_tokens_per_turn": 8}},
-    "algorithm": {"kl_ctrl": {"type": "fixed", "kl_coef": 0.0}, "use_kl_in_reward": False},
-    "guardrails": {"rollback_kl": 100.0, "warn_kl": 50.0},
-    "trainer": {"total_training_steps": 20, "save_freq": -1},
-}
+HYPERPARAMETERS = EPISODES
+"""The in-process learning test's setting, run through the API."""
 MARGIN = 0.1
 """Mean score of the last 5 steps over the first 5 (measured in-process on seed 2: 0.34 GRPO, 0.44 GAE)."""
-
-
-def _merge(base: dict, extra: dict) -> dict:
-    out = dict(base)
-    for key, value in extra.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
 
 
 def _upload(client, auth, path: str) -> str:
@@ -50,7 +37,7 @@ def _upload(client, auth, path: str) -> str:
 def _job(model: str, training_file: str, estimator: str, **method) -> dict:
     return {"model": model, "training_file": training_file, "seed": SEED,
             "method": {"type": "ppo", "reward": {"function": "gsm8k"}, "environment": {"type": "echo_token"},
-                       "hyperparameters": _merge(HYPERPARAMETERS, {"algorithm": {"adv_estimator": estimator}}),
+                       "hyperparameters": merge(HYPERPARAMETERS, {"algorithm": {"adv_estimator": estimator}}),
                        **method}}
 
 
@@ -60,11 +47,11 @@ def test_bad_multi_turn_settings_and_environments_are_problems(client, auth, dem
     cases = [
         ({"environment": {"type": "chess"}}, "method.environment.type"),
         ({"environment": {"type": "openenv", "url": "http://10.0.0.1:8000"}}, "method.environment.url"),
-        ({"hyperparameters": _merge(HYPERPARAMETERS, {"rollout": {"multi_turn": {"max_turns": 0}}})},
+        ({"hyperparameters": merge(HYPERPARAMETERS, {"rollout": {"multi_turn": {"max_turns": 0}}})},
          "method.hyperparameters.rollout.multi_turn.max_turns"),
-        ({"hyperparameters": _merge(HYPERPARAMETERS, {"rollout": {"multi_turn": {"max_failed_frac": 1.5}}})},
+        ({"hyperparameters": merge(HYPERPARAMETERS, {"rollout": {"multi_turn": {"max_failed_frac": 1.5}}})},
          "method.hyperparameters.rollout.multi_turn.max_failed_frac"),
-        ({"hyperparameters": _merge(HYPERPARAMETERS, {"rollout": {"mode": "one_step_off"}})},
+        ({"hyperparameters": merge(HYPERPARAMETERS, {"rollout": {"mode": "one_step_off"}})},
          "method.hyperparameters.rollout.multi_turn.enable"),
     ]
     for change, param in cases:
