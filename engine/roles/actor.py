@@ -97,8 +97,9 @@ class ActorRollout(TrainableRole):
     """
 
     def __init__(self, config: PPOConfig, model_path: str, *, total_steps: int, rollout: str = "hf",
-                 environment_context: EnvironmentContext | None = None, rank: int = 0, world_size: int = 1, num_threads: int | None = None, seed: int = 0,
-                 use_gpu: bool = False, artifacts: Artifacts | None = None) -> None:
+                 environment_context: EnvironmentContext | None = None, rank: int = 0, world_size: int = 1,
+                 num_threads: int | None = None, seed: int = 0, use_gpu: bool = False,
+                 artifacts: Artifacts | None = None) -> None:
         super().__init__(rank=rank, world_size=world_size, num_threads=num_threads, seed=seed, use_gpu=use_gpu,
                          artifacts=artifacts)
         self.cfg = config

@@ -160,7 +160,6 @@ def batched_log_probs(model: nn.Module, batch: Batch, *, temperature: float, dyn
     return _batched_log_probs(model, group, **kw)[mine]
 
 
-
 def role_log_probs(model: nn.Module, batch: Batch, config: PPOConfig, device: torch.device) -> torch.Tensor:
     """`batched_log_probs` as PPO's roles score responses: at the sampling temperature, micro-batched as
     the actor's updates are (`config.actor`)."""
@@ -168,6 +167,7 @@ def role_log_probs(model: nn.Module, batch: Batch, config: PPOConfig, device: to
     return batched_log_probs(model, batch, temperature=config.rollout.temperature, dynamic=a.use_dynamic_bsz,
                              max_tokens=a.ppo_max_token_len_per_gpu, size=a.ppo_micro_batch_size_per_gpu,
                              device=device)
+
 
 def _batched_log_probs(model: nn.Module, batch: Batch, *, temperature: float, dynamic: bool, max_tokens: int,
                        size: int, device: torch.device) -> torch.Tensor:

@@ -96,8 +96,7 @@ class Reward(Role):
         `data_source`, `prompt` (text) and `conversation` (the prompt as given: text or chat list)."""
         start = time.perf_counter()
         if self.code_tests is not None:  # `counts`: the step's reward/timeouts and reward/errors
-            texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in self._responses(batch)]
-            values, counts = self.code_tests.score(texts, [m.get("ground_truth") for m in meta])
+            values, counts = self.code_tests.score(self._texts(batch), [m.get("ground_truth") for m in meta])
             return {"scores": _outcome(batch, torch.tensor(values, dtype=torch.float32)), "counts": counts,
                     "time_s": time.perf_counter() - start}
         scores = self._model_scores(batch, meta) if self.model is not None else self._rule_scores(batch, meta)
@@ -111,6 +110,9 @@ class Reward(Role):
             return [row[start:end] for row, (start, end) in zip(batch["responses"].tolist(), spans)]
         lengths = batch["response_mask"].sum(-1).tolist()
         return [row[:n] for row, n in zip(batch["responses"].tolist(), lengths)]
+
+    def _texts(self, batch: Batch) -> list[str]:
+        return [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in self._responses(batch)]
 
     def _rule_scores(self, batch: Batch, meta: Sequence[Mapping[str, Any]]) -> torch.Tensor:
         if self.grader is not None:
@@ -129,12 +131,13 @@ class Reward(Role):
     def _grader_scores(self, batch: Batch, meta: Sequence[Mapping[str, Any]]) -> torch.Tensor:
         from engine.rewards.graders import item_of, sample_of
 
-        texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in self._responses(batch)]
-        samples = [sample_of(t) for t in texts]
+        texts = self._texts(batch)
         if "episode_transcript" in batch:  # an episode's grader also reads its tool calls and transcript
             from engine.roles.episode_batch import transcript
 
             samples = [sample_of(t, transcript(batch, i).get("messages", [])) for i, t in enumerate(texts)]
+        else:
+            samples = [sample_of(t) for t in texts]
         results = self.grader.score(samples, [item_of(m.get("ground_truth")) for m in meta])
         failed = [r.error for r in results if r.error is not None]
         if failed:  # the sample scores 0.0 (OpenAI's behaviour); say why once per batch
