@@ -157,12 +157,14 @@ class RolloutPipeline:
         actor = self.dispatch.roles["actor"]
         if self.weight_sync == "collective":
             self.broadcasts += 1
+            seq = self.broadcasts
             meta = actor.submit(0, "weight_broadcast", "send")
             loads = [self.group.submit(w, "load_broadcast", self.broadcasts) for w in range(len(self.group))]
         else:
+            seq = None
             weights, meta = actor.submit(0, "export_weights", num_returns=2)
             loads = [self.group.submit(w, "load_weights", weights) for w in range(len(self.group))]
-        self.loads.append((self.version, self.broadcasts if self.weight_sync == "collective" else None, [meta] + loads))
+        self.loads.append((self.version, seq, [meta] + loads))
         self.pushed = self.version
 
     def _submit(self, index: int, seg: Segment) -> None:

@@ -14,7 +14,7 @@ from engine.config import JobRequest, PPOConfig
 from engine.data import PromptExample
 from engine.environments.building import TYPES, EnvironmentContext
 from engine.errors import ConfigError, EngineError
-from engine.roles.batch import Batch
+from engine.roles.batch import Batch, response_extent
 from engine.roles.episode_batch import stat, transcript
 
 
@@ -73,7 +73,7 @@ def metrics(batch: Batch, new: slice) -> dict[str, float]:
     if "episode_stats" not in batch:
         return {}
     turns = stat(batch, "turns")[new]
-    extent = (batch["attention_mask"].sum(-1) - batch["prompt_lens"])[new].float()
+    extent = response_extent(batch)[new].float()
     return {
         "episode/turns/mean": float(turns.mean()),
         "episode/turns/max": float(turns.max()),
@@ -82,7 +82,8 @@ def metrics(batch: Batch, new: slice) -> dict[str, float]:
         "episode/length/mean": float(extent.mean()),
         "episode/truncated": float(stat(batch, "truncated")[new].mean()),
         "episode/failed": float(stat(batch, "failed")[new].mean()),
-        # Environment calls run one episode after another on a worker: summed, they are its env time.
+        # Summed over the step's episodes: a batch's environments answer concurrently, so this is the
+        # environments' busy time, more than the wall time the step spent waiting on them.
         "timing_s/env": float(stat(batch, "env_seconds")[new].sum()),
     }
 

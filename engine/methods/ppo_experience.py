@@ -39,15 +39,9 @@ from engine.config import AlgorithmConfig, PPOConfig
 from engine.guardrails import ReplayBuffer, reward_filter_mask
 from engine.methods import ppo_episodes
 from engine.roles.base import MetricSums
-from engine.roles.batch import concat, select
+from engine.roles.batch import concat, response_extent, select
 
 _ROW_TENSORS = ("old", "ref", "values", "scores", "baselines", "overlong", "teacher")
-
-
-def response_extent(batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """`(batch,)` tokens after each row's prompt: a response's length; a multi-turn episode's, the
-    environment's tokens included (its response mask has holes, so not the mask's sum)."""
-    return batch["attention_mask"].sum(-1) - batch["prompt_lens"]
 
 
 def shape_scores(scores: torch.Tensor, response_lengths: torch.Tensor, cfg: PPOConfig) -> tuple[torch.Tensor,

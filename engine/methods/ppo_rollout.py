@@ -15,7 +15,7 @@ from engine.methods import ppo_episodes
 from engine.methods import ppo_experience as experience
 from engine.methods.ppo_dispatch import RoleDispatch, prompt_meta
 from engine.rewards.code_tests import reward_metrics
-from engine.roles.batch import build_batch, concat, select
+from engine.roles.batch import build_batch, concat, response_extent, select
 from engine.rollout.sampling import row_seed
 
 
@@ -92,11 +92,11 @@ def collect(dispatch: RoleDispatch, cfg: PPOConfig, prompts: list[PromptExample]
         result["uids"] = uids + [-1 - j for j in range(len(replayed))]
     new = slice(0, len(rows))
     ppo_episodes.check_failed(cfg, result["batch"], len(rows), step)
-    lengths = experience.response_extent(result["batch"])[new]
+    lengths = response_extent(result["batch"])[new]
     result["scores"][new], result["overlong"] = experience.shape_scores(result["scores"][new], lengths, cfg)
     if baseline_order:
         # The baseline is shaped as the samples are (DAPO's overlong penalty on its own length).
-        greedy_lengths = experience.response_extent(concat(out["baseline_batch"]))
+        greedy_lengths = response_extent(concat(out["baseline_batch"]))
         greedy_scores, _ = experience.shape_scores(
             torch.cat([o["scores"] for o in out["baseline_scores"]]).float(), greedy_lengths, cfg)
         per_prompt = torch.empty(len(prompts))

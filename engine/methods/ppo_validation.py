@@ -15,7 +15,7 @@ from engine.data import PromptExample
 from engine.guardrails import Verdict, distinct_ratio, judge_collapse, overfit_gap
 from engine.methods import ppo_episodes
 from engine.methods.ppo_dispatch import RoleDispatch, prompt_meta
-from engine.roles.batch import concat
+from engine.roles.batch import concat, response_extent
 from engine.rollout.sampling import row_seed
 from engine.runtime.reporting import Reporter
 
@@ -48,7 +48,7 @@ def validate(dispatch: RoleDispatch, cfg: PPOConfig, val: list[PromptExample], d
     by_row = torch.empty_like(scores)
     by_row[order] = scores
     batch = concat(out["batch"])
-    lengths = (batch["attention_mask"].sum(-1) - batch["prompt_lens"]).tolist()  # an episode's holes too
+    lengths = response_extent(batch).tolist()  # an episode's holes too
     responses: list[list[int]] = [[] for _ in val]
     for j, row in enumerate(order.tolist()):
         responses[row] = batch["responses"][j, :int(lengths[j])].tolist()

@@ -68,6 +68,12 @@ def row_lengths(batch: Batch) -> list[int]:
     return batch["attention_mask"].sum(-1).tolist()
 
 
+def response_extent(batch: Batch) -> torch.Tensor:
+    """`(batch,)` tokens after each row's prompt: a response's length; a multi-turn episode's, the
+    environment's tokens included (its response mask has holes, so not the mask's sum)."""
+    return batch["attention_mask"].sum(-1) - batch["prompt_lens"]
+
+
 def select(batch: Batch, index: Sequence[int] | torch.Tensor) -> Batch:
     """The rows `index`, in that order (every per-row tensor)."""
     idx = torch.as_tensor(index, dtype=torch.long)
